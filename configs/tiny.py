@@ -1,0 +1,23 @@
+"""A model that pretrains in minutes on a laptop CPU: for trying the pipeline, not for results.
+
+python -m electra_jax.main --config=configs/tiny.py --workdir=runs/tiny \
+    --config.data.train_files=../shared/data/wikitext-2-raw/wiki.valid.raw
+"""
+
+from electra_jax.config import default_config
+
+
+def get_config():
+  c = default_config()
+  c.batch_size = 32
+  c.max_seq_length = 128
+  c.num_train_steps = 300
+  c.learning_rate = 2e-3
+  c.warmup_steps = 30
+  c.log_every = 25
+  c.eval_every = 100
+  c.eval_steps = 4
+  c.save_every = 100
+  c.model.update(vocab_size=4096, embedding_size=64, hidden_size=128, num_layers=2, num_heads=2,
+                 intermediate_size=512, generator_hidden_size=0.5)
+  return c

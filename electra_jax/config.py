@@ -1,0 +1,146 @@
+"""Run configuration: every field, its default and what it means, plus checks on user input.
+
+The files in configs/ start from `default_config()` and change what their model size needs, so
+this file is the config reference. Any field can be overridden on the command line as
+`--config.<field>=<value>` (e.g. `--config.model.hidden_size=512`).
+"""
+
+import difflib
+import importlib.util
+import json
+import os
+
+import ml_collections
+
+from electra_jax.errors import UsageError
+
+
+def default_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.seed = 0                   # seeds parameters, data order, masks and samples
+  c.batch_size = 128           # global batch (sequences per step, summed over all devices)
+  c.max_seq_length = 128       # tokens per example, [CLS]/[SEP] included
+  c.num_train_steps = 1_000_000
+  c.dtype = 'float32'          # computation dtype: 'float32' or 'bfloat16' (parameters stay float32)
+
+  # ELECTRA objective.
+  c.mask_prob = 0.15           # share of tokens the generator predicts (0.25 for large)
+  c.temperature = 1.0          # replacements are sampled from softmax(logits / temperature)
+  c.gen_weight = 1.0           # loss = gen_weight * MLM + disc_weight * RTD
+  c.disc_weight = 50.0
+
+  # Optimizer (AdamW as the original ran it).
+  c.learning_rate = 5e-4       # peak of warmup x linear decay (decay starts at step 0)
+  c.warmup_steps = 10_000
+  c.weight_decay = 0.01        # decoupled; not applied to LayerNorm parameters or biases
+  c.adam_b1 = 0.9
+  c.adam_b2 = 0.999
+  c.adam_eps = 1e-6
+  c.adam_bias_correction = False  # False reproduces the original's Adam exactly
+  c.max_grad_norm = 1.0        # global-norm gradient clipping
+
+  # Logging, evaluation, checkpoints (in steps; 0 disables eval).
+  c.log_every = 100
+  c.eval_every = 1000
+  c.eval_steps = 10            # batches of data.eval_files per evaluation
+  c.save_every = 5000
+  c.keep_checkpoints = 3       # the most recent N checkpoints are kept
+
+  c.model = ml_collections.ConfigDict()
+  c.model.vocab_size = 30522   # must equal the vocabulary's size (trained or given)
+  c.model.embedding_size = 128  # E: width of the shared embedding block
+  c.model.hidden_size = 256    # H: discriminator width
+  c.model.num_layers = 12      # generator and discriminator alike
+  c.model.num_heads = 4
+  c.model.intermediate_size = 1024
+  # Generator width as a fraction of hidden_size (or an absolute width if > 1); its heads are
+  # max(1, width // 64) and its FFN 4 x width.
+  c.model.generator_hidden_size = 0.25
+  c.model.max_position_embeddings = 512
+  c.model.type_vocab_size = 2
+  c.model.dropout_rate = 0.1
+  c.model.attention_dropout_rate = 0.1
+
+  c.data = ml_collections.ConfigDict()
+  c.data.train_files = ''      # comma-separated paths or globs of UTF-8 text files
+  c.data.eval_files = ''       # same, for evaluation ('' = no evaluation)
+  c.data.vocab_model = ''      # an existing sentencepiece .model; '' = train one on train_files
+  c.data.vocab_sample_sentences = 1_000_000  # lines sampled to train the vocabulary
+  return c
+
+
+def load_config_file(path: str) -> ml_collections.ConfigDict:
+  """Runs a config file's get_config() (the part of PATH before any ':' is the file)."""
+  filename = path.split(':')[0]
+  if not os.path.isfile(filename):
+    raise UsageError(f"config file '{filename}' does not exist; pass e.g. --config=configs/tiny.py")
+  spec = importlib.util.spec_from_file_location('electra_jax_run_config', filename)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
+def check_overrides(argv, config_path: str):
+  """Raises UsageError for a `--config.a.b=...` argument naming a field the config lacks.
+
+  ml_collections reports this as a bare AttributeError deep in flag parsing; this names the
+  argument and the closest existing field.
+  """
+  config = load_config_file(config_path)
+  for arg in argv:
+    if not arg.startswith('--config.'):
+      continue
+    path = arg[len('--config.'):].split('=')[0].split('.')
+    node = config
+    for depth, key in enumerate(path):
+      if not isinstance(node, ml_collections.ConfigDict) or key not in node:
+        known = list(node.keys()) if isinstance(node, ml_collections.ConfigDict) else []
+        close = difflib.get_close_matches(key, known, n=1)
+        where = '.'.join(['config'] + path[:depth])
+        hint = f"did you mean '{where}.{close[0]}'? " if close else ''
+        raise UsageError(f"unknown config field '{arg.split('=')[0][2:]}' in {config_path}; "
+                         f"{hint}fields of {where}: {', '.join(sorted(known))}")
+      node = node[key]
+
+
+def validate(config: ml_collections.ConfigDict, num_devices: int):
+  m = config.model
+  if config.dtype not in ('float32', 'bfloat16'):
+    raise UsageError(f"config.dtype={config.dtype!r}: use 'float32' or 'bfloat16'")
+  if m.hidden_size % m.num_heads:
+    raise UsageError(f'config.model.hidden_size={m.hidden_size} is not divisible by '
+                     f'num_heads={m.num_heads}')
+  if config.max_seq_length > m.max_position_embeddings:
+    raise UsageError(f'config.max_seq_length={config.max_seq_length} exceeds '
+                     f'model.max_position_embeddings={m.max_position_embeddings}')
+  if config.batch_size % num_devices:
+    raise UsageError(f'config.batch_size={config.batch_size} is not divisible by the '
+                     f'{num_devices} devices; use a multiple of {num_devices}')
+  if not config.data.train_files:
+    raise UsageError('config.data.train_files is empty: pass --config.data.train_files=PATH_OR_GLOB')
+  for name in ('log_every', 'save_every'):
+    if config[name] <= 0:
+      raise UsageError(f'config.{name} must be a positive number of steps')
+
+
+def check_workdir_config(config: ml_collections.ConfigDict, workdir: str):
+  """Refuses a workdir whose saved run has a different model, before anything is written there."""
+  path = os.path.join(workdir, 'config.json')
+  if not os.path.exists(path):
+    return
+  with open(path) as f:
+    saved_model = json.load(f).get('model', {})
+  changed = {k: (saved_model.get(k), v) for k, v in config.model.to_dict().items()
+             if saved_model.get(k) != v}
+  if changed:
+    detail = ', '.join(f'{k}: saved {old!r}, now {new!r}' for k, (old, new) in changed.items())
+    raise UsageError(f'{workdir} holds a run of a different model ({detail}); use a new '
+                     '--workdir or the config that run was started with')
+
+
+def save_config(config: ml_collections.ConfigDict, workdir: str):
+  """Writes the resolved config as <workdir>/config.json (atomically)."""
+  path = os.path.join(workdir, 'config.json')
+  with open(path + '.tmp', 'w') as f:
+    f.write(config.to_json(indent=2))
+  os.replace(path + '.tmp', path)

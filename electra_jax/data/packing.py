@@ -1,0 +1,131 @@
+"""Packing tokenized documents into fixed-length examples, as ELECTRA's pretraining data is made.
+
+This follows google-research/electra's build_pretraining_dataset.py (ExampleBuilder):
+
+  * a document's lines are buffered until they hold at least `target` tokens (or the document
+    ends); the buffer then becomes one example;
+  * the buffered lines are split into a first segment A and a second segment B. 10% of the
+    time A may take everything (a single-segment example, like a classification input);
+    otherwise A is filled to about half the target;
+  * after each example, 5% of the time the next target is a random length in [5, L], so the
+    model also sees short inputs; otherwise it is L.
+
+An example is [CLS] A [SEP] B [SEP] (B and its [SEP] only when B is non-empty), zero-padded to
+L, with segment id 0 for [CLS] A [SEP] and 1 for B [SEP]. All randomness comes from one numpy
+Generator, so the examples are a pure function of (documents, L, seed).
+"""
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from electra_jax.errors import UsageError
+
+SINGLE_SEGMENT_PROB = 0.1   # Chance that A may take all lines, giving a one-segment example.
+SHORT_TARGET_PROB = 0.05    # Chance that the next example aims at a random length in [5, L].
+_MIN_SHORT_TARGET = 5
+_ROWS_PER_BLOCK = 8192
+
+
+class SegmentPair(NamedTuple):
+  """One example before adding specials, with the draws that shaped it (for checking them)."""
+  first: list[int]        # Segment A, truncated to fit.
+  second: list[int]       # Segment B, truncated to fit; empty for a single-segment example.
+  target_length: int      # The buffer length this example was built towards.
+  single_segment: bool    # Whether the 10% draw let A take every line.
+
+
+def _split_segments(lines: Sequence[Sequence[int]], target_length: int, max_seq_length: int,
+                    rng: np.random.Generator) -> SegmentPair:
+  """Splits buffered lines into segments A and B and truncates them to fit with 3 specials."""
+  single_segment = rng.random() < SINGLE_SEGMENT_PROB
+  # -3 leaves room for [CLS], [SEP], [SEP].
+  first_target = np.inf if single_segment else (target_length - 3) // 2
+  first, second = [], []
+  for line in lines:
+    # A line joins A if A is empty, if it fits under A's target, or, while B is still empty
+    # and A is short of its target, on a fair coin flip (so A sometimes overshoots). As in the
+    # original, a short line may join A after B has started. The coin is only drawn when the
+    # earlier conditions fail, matching the original's short-circuit draws.
+    if (not first or len(first) + len(line) < first_target or
+        (not second and len(first) < first_target and rng.random() < 0.5)):
+      first.extend(line)
+    else:
+      second.extend(line)
+  first = first[:max_seq_length - 2]
+  second = second[:max(0, max_seq_length - len(first) - 3)]
+  return SegmentPair(first, second, target_length, bool(single_segment))
+
+
+def _next_target_length(max_seq_length: int, rng: np.random.Generator) -> int:
+  if rng.random() < SHORT_TARGET_PROB:
+    return int(rng.integers(_MIN_SHORT_TARGET, max_seq_length + 1))
+  return max_seq_length
+
+
+def segment_pairs(documents: Iterable[Sequence[Sequence[int]]], max_seq_length: int,
+                  rng: np.random.Generator) -> Iterator[SegmentPair]:
+  """Yields the segment pairs of all examples, in corpus order.
+
+  `documents` holds each document as a list of token-id lists, one per line. The original
+  emits at the blank line ending a document; here the end of a document (including the end
+  of the corpus) does the same. Lines that tokenize to nothing are skipped.
+  """
+  target_length = max_seq_length
+  for document in documents:
+    buffer, buffered_tokens = [], 0
+    for line in document:
+      if not len(line):
+        continue
+      buffer.append(line)
+      buffered_tokens += len(line)
+      if buffered_tokens >= target_length:
+        yield _split_segments(buffer, target_length, max_seq_length, rng)
+        buffer, buffered_tokens = [], 0
+        target_length = _next_target_length(max_seq_length, rng)
+    if buffer:
+      yield _split_segments(buffer, target_length, max_seq_length, rng)
+      target_length = _next_target_length(max_seq_length, rng)
+
+
+def fill_example(pair: SegmentPair, input_ids: np.ndarray, segment_ids: np.ndarray, cls_id: int,
+                 sep_id: int) -> None:
+  """Writes [CLS] A [SEP] (B [SEP]) into zeroed rows `input_ids` and `segment_ids`."""
+  end_a = 1 + len(pair.first)
+  input_ids[0] = cls_id
+  input_ids[1:end_a] = pair.first
+  input_ids[end_a] = sep_id
+  if pair.second:
+    end_b = end_a + 1 + len(pair.second)
+    input_ids[end_a + 1:end_b] = pair.second
+    input_ids[end_b] = sep_id
+    segment_ids[end_a + 1:end_b + 1] = 1
+
+
+def pack_examples(documents: Iterable[Sequence[Sequence[int]]], max_seq_length: int,
+                  cls_id: int, sep_id: int, seed: int) -> dict[str, np.ndarray]:
+  """Packs tokenized documents into examples: {'input_ids', 'segment_ids'}, both int32 [N, L].
+
+  The attention mask is `input_ids != 0`, so it is not stored.
+  """
+  if max_seq_length < _MIN_SHORT_TARGET:
+    raise UsageError(f'max_seq_length={max_seq_length} leaves no room for text; '
+                     f'set --config.max_seq_length to at least {_MIN_SHORT_TARGET} (e.g. 128)')
+  rng = np.random.default_rng(seed)
+  # Rows are written into preallocated blocks: a small array per example would cost several
+  # times the memory of the int32 data itself on a large corpus.
+  blocks, rows_in_last_block = [], _ROWS_PER_BLOCK
+  for pair in segment_pairs(documents, max_seq_length, rng):
+    if rows_in_last_block == _ROWS_PER_BLOCK:
+      blocks.append(np.zeros((2, _ROWS_PER_BLOCK, max_seq_length), np.int32))
+      rows_in_last_block = 0
+    block = blocks[-1]
+    fill_example(pair, block[0, rows_in_last_block], block[1, rows_in_last_block], cls_id, sep_id)
+    rows_in_last_block += 1
+  if not blocks:
+    raise UsageError('the corpus produced no examples: none of its lines holds a token; '
+                     'check that data.train_files (or data.eval_files) name text files')
+  blocks[-1] = blocks[-1][:, :rows_in_last_block]
+  input_ids, segment_ids = np.concatenate(blocks, axis=1)
+  return {'input_ids': input_ids, 'segment_ids': segment_ids}

@@ -1,0 +1,178 @@
+"""SentencePiece vocabulary: training one on the corpus, loading it, and encoding text with it.
+
+Ids 0-4 are always [PAD], [UNK], [CLS], [SEP], [MASK], so the model and the objective can use
+them as constants. [CLS], [SEP] and [MASK] are *control* symbols: sentencepiece never produces
+them from text, so a corpus that literally contains "[MASK]" cannot forge a mask token.
+"""
+
+from collections.abc import Iterable, Sequence
+import dataclasses
+import hashlib
+import io
+import itertools
+import math
+import os
+import re
+from typing import TypeVar
+
+import numpy as np
+import sentencepiece as spm
+
+from electra_jax.data import text
+from electra_jax.errors import UsageError
+
+T = TypeVar('T')
+
+SPECIAL_PIECES = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
+
+
+@dataclasses.dataclass(frozen=True)
+class Vocab:
+  """A loaded sentencepiece model and the fixed ids of its special tokens."""
+  processor: spm.SentencePieceProcessor
+  model_path: str
+  size: int
+  pad_id: int = 0
+  unk_id: int = 1
+  cls_id: int = 2
+  sep_id: int = 3
+  mask_id: int = 4
+
+  def encode(self, lines: Sequence[str]) -> list[list[int]]:
+    """Token ids of each line (sentencepiece encodes the batch on all cores)."""
+    return self.processor.encode(list(lines), out_type=int)
+
+
+def reservoir_sample(items: Iterable[T], size: int, rng: np.random.Generator) -> list[T]:
+  """A uniform random sample of `size` items (all of them if fewer), in O(size) memory.
+
+  Algorithm L (Li, 1994): rather than drawing for every item, it draws the gap to the next
+  item that enters the reservoir, so n items cost O(size * log(n / size)) draws.
+  """
+  items = iter(items)
+  sample = list(itertools.islice(items, size))
+  if len(sample) < size:
+    return sample
+  uniform = lambda: 1.0 - rng.random()  # In (0, 1], so its log is finite.
+  weight = math.exp(math.log(uniform()) / size)
+  next_index = size + math.floor(math.log(uniform()) / math.log1p(-weight))
+  for index, item in enumerate(items, start=size):
+    if index == next_index:
+      sample[rng.integers(size)] = item
+      weight *= math.exp(math.log(uniform()) / size)
+      next_index += math.floor(math.log(uniform()) / math.log1p(-weight)) + 1
+  return sample
+
+
+def sample_lines(files: Sequence[str], max_lines: int, seed: int) -> list[str]:
+  """A uniform random sample of at most `max_lines` non-blank lines of the corpus.
+
+  Sampling here rather than with sentencepiece's `input_sentence_size` keeps the vocabulary a
+  pure function of (corpus, max_lines, seed): sentencepiece's own sampling differs between
+  runs even with `set_random_generator_seed` and one thread.
+  """
+  lines = (line for document in text.read_documents(files) for line in document)
+  return reservoir_sample(lines, max_lines, np.random.default_rng(seed))
+
+
+def _raise_for_vocab_size(error: RuntimeError, vocab_size: int, corpus: str) -> None:
+  """Turns sentencepiece's complaints about vocab_size into a UsageError with the fix."""
+  message = str(error)
+  too_high = re.search(r'Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)',
+                       message)
+  if too_high:
+    limit = too_high.group(2)
+    raise UsageError(
+        f'corpus {corpus} is too small for a vocabulary of {vocab_size} pieces (at most {limit}); '
+        f'set --config.model.vocab_size={limit} (or smaller) or add text') from None
+  too_low = re.search(r'Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)', message)
+  if too_low:
+    needed = int(too_low.group(2)) + 1
+    raise UsageError(
+        f'corpus {corpus} has more distinct characters than a vocabulary of {vocab_size} pieces '
+        f'can hold; set --config.model.vocab_size={needed} or larger') from None
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+  tmp_path = f'{path}.tmp{os.getpid()}'
+  with open(tmp_path, 'wb') as f:
+    f.write(data)
+  os.replace(tmp_path, path)
+
+
+def train_vocab(files: Sequence[str], vocab_size: int, out_prefix: str, *,
+                max_sentences: int = 1_000_000, seed: int = 0,
+                model_type: str = 'unigram') -> Vocab:
+  """Trains a vocabulary on the corpus and writes `out_prefix.model` and `out_prefix.vocab`.
+
+  The same corpus, size, seed and sentencepiece version give byte-identical files: the lines
+  are sampled here with `seed`, and the model proto is written here, so it does not record
+  `out_prefix` (sentencepiece stores the prefix it writes to inside the model).
+  """
+  corpus = text.describe_files(files)
+  if max_sentences <= 0:
+    raise UsageError(f'the vocabulary sample size must be positive, got {max_sentences}; '
+                     'set --config.data.vocab_sample_sentences to e.g. 1000000')
+  sentences = sample_lines(files, max_sentences, seed)
+  if not sentences:
+    raise UsageError(f'corpus {corpus} holds no text (only blank lines); '
+                     'check data.train_files')
+  model = io.BytesIO()
+  try:
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences),
+        model_writer=model,
+        vocab_size=vocab_size,
+        model_type=model_type,
+        pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
+        pad_piece=SPECIAL_PIECES[0], unk_piece=SPECIAL_PIECES[1],
+        control_symbols=list(SPECIAL_PIECES[2:]),
+        minloglevel=1)  # Warnings only; sentencepiece's INFO log is hundreds of lines.
+  except RuntimeError as e:
+    _raise_for_vocab_size(e, vocab_size, corpus)
+    raise
+  out_dir = os.path.dirname(out_prefix)
+  if out_dir:
+    os.makedirs(out_dir, exist_ok=True)
+  _write_atomically(out_prefix + '.model', model.getvalue())
+  vocab = load_vocab(out_prefix + '.model')
+  # The human-readable listing sentencepiece would write: piece, tab, score.
+  listing = ''.join(f'{vocab.processor.id_to_piece(i)}\t{vocab.processor.get_score(i):g}\n'
+                    for i in range(vocab.size))
+  _write_atomically(out_prefix + '.vocab', listing.encode('utf-8'))
+  return vocab
+
+
+def load_vocab(model_path: str) -> Vocab:
+  """Loads a sentencepiece .model and checks that its ids 0-4 are the special tokens."""
+  if not os.path.isfile(model_path):
+    raise UsageError(f"vocabulary model '{model_path}' does not exist; check data.vocab_model, "
+                     'or leave it empty to train a vocabulary on data.train_files')
+  processor = spm.SentencePieceProcessor()
+  try:
+    processor.load(model_path)
+  except (RuntimeError, OSError) as e:
+    raise UsageError(f"'{model_path}' is not a sentencepiece model ({e}); "
+                     'point data.vocab_model at a .model file') from None
+  size = processor.get_piece_size()
+  found = tuple(processor.id_to_piece(i) for i in range(min(size, len(SPECIAL_PIECES))))
+  # [UNK] must be the unknown piece and the others control pieces; a user-defined "[MASK]"
+  # would be produced from text.
+  proper_types = found == SPECIAL_PIECES and processor.is_unknown(1) and all(
+      processor.is_control(i) for i in (0, 2, 3, 4))
+  if not proper_types:
+    raise UsageError(
+        f"vocabulary '{model_path}' has {list(found)} as ids 0-{len(found) - 1}, not "
+        f'{list(SPECIAL_PIECES)} as control symbols ([UNK] as unknown); the vocabulary must be '
+        'trained with those specials (leave data.vocab_model empty to train one)')
+  return Vocab(processor=processor, model_path=model_path, size=size)
+
+
+def vocab_fingerprint(vocab: Vocab) -> str:
+  """sha256 of the model's bytes: recorded with prepared data, so a changed vocabulary is seen.
+
+  Hashes the proto that was loaded, which equals the .model file's bytes, so a file replaced
+  after loading cannot make the fingerprint disagree with the ids in use.
+  """
+  return hashlib.sha256(vocab.processor.serialized_model_proto()).hexdigest()
+

@@ -1,0 +1,232 @@
+"""The ELECTRA networks as Flax Linen modules.
+
+One module, `Electra`, owns three parameter subtrees:
+
+  embeddings     word, position and token-type tables and their LayerNorm, shared by both networks
+  generator      its own `embeddings_project` (if E != H_gen), encoder and MLM head
+  discriminator  its own `embeddings_project` (if E != H), encoder and replaced-token head
+
+Both networks are reached through methods of the same module (`Electra.generate`,
+`Electra.discriminate`), so one parameter tree and one optimizer serve both, and the gradient
+of the shared embedding block is the sum of what each network's loss sends it.
+
+The encoder is BERT's post-LayerNorm transformer with the original's numerics: exact (erf) GELU,
+LayerNorm epsilon 1e-12, additive large-negative padding mask, truncated-normal(0.02) init.
+Parameters are float32; `dtype` sets the computation dtype (float32 or bfloat16). Softmax,
+LayerNorm statistics and the output logits stay in float32.
+"""
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+# BERT's initializer: a normal(0, 0.02) truncated at two standard deviations.
+_init = nn.initializers.truncated_normal(stddev=0.02)
+# The original initialised the embedding projection and the discriminator's output layer with
+# Glorot-uniform (TensorFlow's default for dense layers it did not give an initializer).
+_glorot = nn.initializers.glorot_uniform()
+LAYER_NORM_EPS = 1e-12
+
+
+def gelu(x):
+  # Exact erf GELU as in BERT/ELECTRA; jax.nn.gelu defaults to the tanh approximation.
+  return jax.nn.gelu(x, approximate=False)
+
+
+def generator_width(config: ml_collections.ConfigDict) -> int:
+  """Hidden width of the generator: a fraction of the discriminator's (an int is taken as is)."""
+  size = config.generator_hidden_size
+  return int(size) if size > 1 else int(round(config.hidden_size * size))
+
+
+def layer_norm(name: str) -> nn.LayerNorm:
+  return nn.LayerNorm(epsilon=LAYER_NORM_EPS, dtype=jnp.float32, name=name)
+
+
+class Embeddings(nn.Module):
+  """Word + position + token-type embeddings, LayerNorm and dropout, all in width E."""
+  vocab_size: int
+  embedding_size: int
+  max_position_embeddings: int
+  type_vocab_size: int
+  dropout_rate: float
+  dtype: Any = jnp.float32
+
+  def setup(self):
+    self.word_embeddings = nn.Embed(
+        self.vocab_size, self.embedding_size, embedding_init=_init, name='word_embeddings')
+    self.position_embeddings = nn.Embed(
+        self.max_position_embeddings, self.embedding_size, embedding_init=_init,
+        name='position_embeddings')
+    self.token_type_embeddings = nn.Embed(
+        self.type_vocab_size, self.embedding_size, embedding_init=_init,
+        name='token_type_embeddings')
+    self.layer_norm = layer_norm('layer_norm')
+    self.dropout = nn.Dropout(self.dropout_rate)
+
+  def __call__(self, input_ids, segment_ids, deterministic: bool):
+    positions = jnp.arange(input_ids.shape[-1])[None, :]
+    x = (self.word_embeddings(input_ids) + self.position_embeddings(positions)
+         + self.token_type_embeddings(segment_ids))
+    x = self.layer_norm(x)
+    return self.dropout(x, deterministic=deterministic).astype(self.dtype)
+
+  def attend(self, hidden):
+    """Logits against the word-embedding table (the generator's tied output matrix)."""
+    table = self.word_embeddings.embedding.astype(self.dtype)
+    return jnp.einsum('...e,ve->...v', hidden.astype(self.dtype), table,
+                      preferred_element_type=jnp.float32)
+
+
+class SelfAttention(nn.Module):
+  num_heads: int
+  attention_dropout_rate: float
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, attention_bias, deterministic: bool):
+    width = x.shape[-1]
+    head_dim = width // self.num_heads
+    split = lambda t: t.reshape(t.shape[:-1] + (self.num_heads, head_dim))
+    dense = lambda name: nn.Dense(width, kernel_init=_init, dtype=self.dtype, name=name)
+    query, key, value = (split(dense(n)(x)) for n in ('query', 'key', 'value'))
+    scores = jnp.einsum('bqhd,bkhd->bhqk', query, key, preferred_element_type=jnp.float32)
+    scores = scores / jnp.sqrt(head_dim).astype(jnp.float32) + attention_bias
+    probs = jax.nn.softmax(scores, axis=-1)
+    probs = nn.Dropout(self.attention_dropout_rate)(probs, deterministic=deterministic)
+    context = jnp.einsum('bhqk,bkhd->bqhd', probs.astype(self.dtype), value)
+    return context.reshape(context.shape[:-2] + (width,))
+
+
+class TransformerLayer(nn.Module):
+  """One post-LayerNorm BERT layer: attention -> add & norm -> GELU FFN -> add & norm."""
+  num_heads: int
+  intermediate_size: int
+  dropout_rate: float
+  attention_dropout_rate: float
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, attention_bias, deterministic: bool):
+    width = x.shape[-1]
+    dropout = nn.Dropout(self.dropout_rate)
+    attended = SelfAttention(self.num_heads, self.attention_dropout_rate, self.dtype,
+                             name='attention')(x, attention_bias, deterministic)
+    attended = nn.Dense(width, kernel_init=_init, dtype=self.dtype, name='attention_output')(attended)
+    x = layer_norm('attention_layer_norm')(x + dropout(attended, deterministic=deterministic))
+    x = x.astype(self.dtype)
+    hidden = nn.Dense(self.intermediate_size, kernel_init=_init, dtype=self.dtype,
+                      name='intermediate')(x)
+    hidden = nn.Dense(width, kernel_init=_init, dtype=self.dtype, name='output')(gelu(hidden))
+    x = layer_norm('output_layer_norm')(x + dropout(hidden, deterministic=deterministic))
+    return x.astype(self.dtype)
+
+
+class Encoder(nn.Module):
+  """`embeddings_project` (only when E != H) followed by a stack of transformer layers."""
+  hidden_size: int
+  num_layers: int
+  num_heads: int
+  intermediate_size: int
+  dropout_rate: float
+  attention_dropout_rate: float
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, embedded, input_mask, deterministic: bool):
+    x = embedded
+    if x.shape[-1] != self.hidden_size:
+      x = nn.Dense(self.hidden_size, kernel_init=_glorot, dtype=self.dtype,
+                   name='embeddings_project')(x)
+    # Padding keys get a large negative score, as in BERT: exp() of it underflows to 0.
+    attention_bias = jnp.where(input_mask[:, None, None, :], 0.0, -10000.0).astype(jnp.float32)
+    for i in range(self.num_layers):
+      x = TransformerLayer(self.num_heads, self.intermediate_size, self.dropout_rate,
+                           self.attention_dropout_rate, self.dtype, name=f'layer_{i}')(
+                               x, attention_bias, deterministic)
+    return x
+
+
+class GeneratorHead(nn.Module):
+  """dense(H_gen -> E) + GELU -> LayerNorm; the caller projects onto the tied word embeddings."""
+  embedding_size: int
+  vocab_size: int
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, hidden):
+    hidden = nn.Dense(self.embedding_size, kernel_init=_init, dtype=self.dtype, name='dense')(hidden)
+    hidden = layer_norm('layer_norm')(gelu(hidden))
+    output_bias = self.param('output_bias', nn.initializers.zeros, (self.vocab_size,))
+    return hidden, output_bias
+
+
+class DiscriminatorHead(nn.Module):
+  """dense(H -> H) + GELU -> dense(H -> 1): one replaced/original logit per token."""
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, hidden):
+    width = hidden.shape[-1]
+    hidden = gelu(nn.Dense(width, kernel_init=_init, dtype=self.dtype, name='dense')(hidden))
+    logits = nn.Dense(1, kernel_init=_glorot, dtype=jnp.float32, name='prediction')(hidden)
+    return logits[..., 0]
+
+
+class Electra(nn.Module):
+  """Generator and discriminator over one shared embedding block."""
+  config: ml_collections.ConfigDict  # the `model` section of the run config
+  dtype: Any = jnp.float32
+
+  def setup(self):
+    c = self.config
+    self.embeddings = Embeddings(c.vocab_size, c.embedding_size, c.max_position_embeddings,
+                                 c.type_vocab_size, c.dropout_rate, self.dtype)
+    gen_width = generator_width(c)
+    self.generator = Encoder(
+        hidden_size=gen_width, num_layers=c.num_layers, num_heads=max(1, gen_width // 64),
+        intermediate_size=4 * gen_width, dropout_rate=c.dropout_rate,
+        attention_dropout_rate=c.attention_dropout_rate, dtype=self.dtype)
+    self.generator_head = GeneratorHead(c.embedding_size, c.vocab_size, self.dtype)
+    self.discriminator = Encoder(
+        hidden_size=c.hidden_size, num_layers=c.num_layers, num_heads=c.num_heads,
+        intermediate_size=c.intermediate_size, dropout_rate=c.dropout_rate,
+        attention_dropout_rate=c.attention_dropout_rate, dtype=self.dtype)
+    self.discriminator_head = DiscriminatorHead(self.dtype)
+
+  def __call__(self, input_ids, segment_ids, positions, deterministic: bool = True):
+    """Runs both networks once; used only to create every parameter at init."""
+    return (self.generate(input_ids, segment_ids, positions, deterministic),
+            self.discriminate(input_ids, segment_ids, deterministic))
+
+  def generate(self, input_ids, segment_ids, positions, deterministic: bool = True):
+    """MLM logits [B, P, V] (float32) at the given positions [B, P] only.
+
+    Gathering before the head matters: the vocabulary projection is the most expensive part of
+    a small generator, and only the selected positions need it.
+    """
+    hidden = self.generator(self.embeddings(input_ids, segment_ids, deterministic),
+                            input_ids != 0, deterministic)
+    hidden = jnp.take_along_axis(hidden, positions[..., None], axis=1)
+    hidden, output_bias = self.generator_head(hidden)
+    return self.embeddings.attend(hidden) + output_bias
+
+  def discriminate(self, input_ids, segment_ids, deterministic: bool = True):
+    """Replaced-token logits [B, L] (float32), one per position."""
+    hidden = self.discriminator(self.embeddings(input_ids, segment_ids, deterministic),
+                                input_ids != 0, deterministic)
+    return self.discriminator_head(hidden)
+
+
+def init_params(model: Electra, rng, max_seq_length: int):
+  """Initial float32 parameters for every submodule of `model`."""
+  ids = jnp.zeros((1, max_seq_length), jnp.int32)
+  positions = jnp.zeros((1, 1), jnp.int32)
+  return model.init({'params': rng}, ids, ids, positions)['params']
+
+
+def count_params(params) -> int:
+  return sum(x.size for x in jax.tree.leaves(params))

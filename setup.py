@@ -1,0 +1,25 @@
+"""electra_jax: ELECTRA pretraining in JAX/Flax for TPU, GPU and CPU."""
+
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+HERE = Path(__file__).parent
+REQUIREMENTS = [line.split('#')[0].strip()
+                for line in (HERE / 'requirements.txt').read_text().splitlines()
+                if line.split('#')[0].strip()]
+
+setup(
+    name='electra_jax',
+    version='0.1.0',
+    description='ELECTRA pretraining (generator + discriminator) in JAX/Flax, TPU first.',
+    long_description=(HERE / 'README.md').read_text() if (HERE / 'README.md').exists() else '',
+    long_description_content_type='text/markdown',
+    packages=find_packages(include=['electra_jax', 'electra_jax.*']),
+    python_requires='>=3.11',
+    install_requires=REQUIREMENTS,
+    extras_require={
+        # Test-only: the suite, and scipy for float64 references of erf and friends.
+        'test': ['pytest>=8', 'scipy>=1.11'],
+    },
+)

@@ -1,0 +1,27 @@
+"""Test setup: CPU only, four simulated devices so data parallelism is exercised everywhere."""
+
+import os
+from pathlib import Path
+
+# Must happen before jax is imported anywhere.
+os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+os.environ.setdefault('JAX_NUM_CPU_DEVICES', '4')
+
+import pytest  # pylint: disable=g-import-not-at-top
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / 'shared' / 'data'
+WIKITEXT = SHARED_DATA / 'wikitext-2-raw'
+
+
+@pytest.fixture(scope='session')
+def wikitext():
+  if not WIKITEXT.is_dir():
+    pytest.skip(f'real data not found at {WIKITEXT} (../shared beside the checkout)')
+  return WIKITEXT
+
+
+def load_config(name: str):
+  """get_config() of configs/<name>.py."""
+  from electra_jax.config import load_config_file  # pylint: disable=g-import-not-at-top
+  return load_config_file(str(REPO / 'configs' / f'{name}.py'))

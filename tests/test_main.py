@@ -1,0 +1,169 @@
+"""The command line, run for real: training, checkpoints, resume after a kill, user errors.
+
+Each run is `python -m electra_jax.main` in a subprocess on one CPU device, with the tiny config
+shrunk further so the whole file stays around a minute or two on two cores.
+"""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, WIKITEXT
+
+SMALL_RUN = ['--config.batch_size=16', '--config.max_seq_length=64', '--config.model.vocab_size=1000',
+             '--config.warmup_steps=10', '--config.log_every=10', '--config.save_every=20',
+             '--config.eval_every=0']
+LOSS_KEYS = ('loss', 'mlm_loss', 'disc_loss', 'mlm_accuracy', 'sampled_accuracy', 'disc_accuracy',
+             'disc_auc', 'replaced_fraction', 'learning_rate')
+
+
+def command(workdir, *overrides, train_files=None):
+  train_files = train_files or str(WIKITEXT / 'wiki.valid.raw')
+  return [sys.executable, '-m', 'electra_jax.main', f'--config={REPO / "configs" / "tiny.py"}',
+          f'--workdir={workdir}', f'--config.data.train_files={train_files}', *SMALL_RUN,
+          *overrides]
+
+
+def env():
+  return {**os.environ, 'JAX_PLATFORMS': 'cpu', 'JAX_NUM_CPU_DEVICES': '1'}
+
+
+def run(workdir, *overrides, train_files=None, check=True):
+  result = subprocess.run(command(workdir, *overrides, train_files=train_files), env=env(),
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+  if check and result.returncode != 0:
+    raise AssertionError(f'run failed:\n{result.stderr[-3000:]}')
+  return result
+
+
+def metrics(workdir):
+  lines = Path(workdir, 'metrics.jsonl').read_text().splitlines()
+  return {m['step']: m for m in map(json.loads, lines) if 'loss' in m}
+
+
+def tree_digest(path):
+  digest = hashlib.sha256()
+  for file in sorted(Path(path).rglob('*')):
+    if file.is_file():
+      digest.update(str(file.relative_to(path)).encode() + file.read_bytes())
+  return digest.hexdigest()
+
+
+@pytest.fixture(scope='module')
+def finished_run(tmp_path_factory, wikitext):
+  """An uninterrupted 60-step run, with evaluation every 30 steps."""
+  workdir = tmp_path_factory.mktemp('uninterrupted')
+  run(workdir, '--config.num_train_steps=60', '--config.eval_every=30', '--config.eval_steps=2',
+      f'--config.data.eval_files={wikitext / "wiki.test.raw"}')
+  return workdir
+
+
+def test_run_writes_checkpoints_metrics_and_events(finished_run):
+  steps = sorted(p.name for p in (finished_run / 'checkpoints').iterdir())
+  assert steps == ['20', '40', '60']
+  for name in ('config.json', 'vocab.model', 'data/train.npz', 'data/eval.npz'):
+    assert (finished_run / name).exists(), name
+  assert list(finished_run.glob('events.out.tfevents.*'))
+  logged = metrics(finished_run)
+  assert sorted(logged) == [10, 20, 30, 40, 50, 60]
+  for m in logged.values():
+    assert {*LOSS_KEYS, 'tokens_per_s'} <= set(m)
+  evals = [json.loads(l) for l in (finished_run / 'metrics.jsonl').read_text().splitlines()
+           if 'eval_loss' in l]
+  assert [e['step'] for e in evals] == [30, 60] and 'eval_disc_auc' in evals[0]
+  # Learning happens: the generator's MLM accuracy and loss improve well past the first window.
+  assert logged[60]['mlm_accuracy'] > logged[10]['mlm_accuracy'] + 0.02
+  assert logged[60]['mlm_loss'] < logged[10]['mlm_loss'] - 0.5
+
+
+def test_killed_run_resumes_to_identical_losses(finished_run, tmp_path):
+  workdir = tmp_path / 'killed'
+  process = subprocess.Popen(command(workdir, '--config.num_train_steps=60'), env=env(), cwd=REPO,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  try:
+    deadline = time.time() + 300
+    while not (workdir / 'metrics.jsonl').exists() or max(metrics(workdir), default=0) < 30:
+      assert process.poll() is None, 'the run ended before it could be killed'
+      assert time.time() < deadline, 'the run did not reach step 30 in time'
+      time.sleep(0.2)
+  finally:
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+  killed_at = max(metrics(workdir))
+  assert killed_at < 60, 'killed too late to test anything'
+
+  run(workdir, '--config.num_train_steps=60')
+  resumed, uninterrupted = metrics(workdir), metrics(finished_run)
+  assert sorted(resumed) == sorted(uninterrupted)
+  for step in resumed:
+    for key in LOSS_KEYS:
+      assert resumed[step][key] == pytest.approx(uninterrupted[step][key], rel=1e-5), (step, key)
+
+
+def test_raising_num_train_steps_continues(finished_run, tmp_path):
+  workdir = tmp_path / 'continued'
+  os.system(f'cp -r {finished_run} {workdir}')
+  result = run(workdir, '--config.num_train_steps=70')
+  assert 'resuming at step 60 of 70' in result.stderr
+  assert max(metrics(workdir)) == 70
+
+
+# ---- mistakes a user can make: one clear line, nothing already written damaged ----------------
+
+def error_line(result):
+  assert result.returncode != 0
+  lines = [l for l in result.stderr.strip().splitlines() if l.startswith('electra_jax: error:')]
+  assert len(lines) == 1 and 'Traceback' not in result.stderr, result.stderr[-2000:]
+  return lines[0]
+
+
+def test_unknown_config_field(tmp_path):
+  line = error_line(run(tmp_path, '--config.model.hiden_size=64', check=False))
+  assert "unknown config field 'config.model.hiden_size'" in line
+  assert "did you mean 'config.model.hidden_size'" in line
+
+
+def test_missing_file(tmp_path):
+  line = error_line(run(tmp_path / 'w', train_files=str(tmp_path / 'nope.txt'), check=False))
+  assert 'nope.txt' in line and 'data.train_files' in line
+
+
+def test_empty_corpus(tmp_path):
+  corpus = tmp_path / 'empty.txt'
+  corpus.write_text('\n  \n\n')
+  line = error_line(run(tmp_path / 'w', train_files=str(corpus), check=False))
+  assert 'empty.txt' in line and 'no text' in line
+
+
+def test_non_utf8_corpus(tmp_path):
+  corpus = tmp_path / 'latin1.txt'
+  corpus.write_bytes('first line\ncaf\xe9 au lait\n'.encode('latin-1'))
+  line = error_line(run(tmp_path / 'w', train_files=str(corpus), check=False))
+  assert 'latin1.txt' in line and 'line 2' in line and 'UTF-8' in line
+
+
+def test_workdir_of_another_model_is_refused_and_left_intact(finished_run):
+  before = tree_digest(finished_run)
+  line = error_line(run(finished_run, '--config.num_train_steps=80', '--config.model.hidden_size=64',
+                        check=False))
+  assert 'hidden_size' in line and '--workdir' in line
+  assert tree_digest(finished_run) == before
+
+
+def test_checkpoint_of_another_shape_is_refused_and_left_intact(finished_run, tmp_path):
+  # Without the saved config.json the check falls to the checkpoint itself.
+  workdir = tmp_path / 'copy'
+  os.system(f'cp -r {finished_run} {workdir}')
+  (workdir / 'config.json').unlink()
+  before = tree_digest(workdir / 'checkpoints')
+  line = error_line(run(workdir, '--config.num_train_steps=80', '--config.model.intermediate_size=256',
+                        check=False))
+  assert 'does not match the configured model' in line
+  assert tree_digest(workdir / 'checkpoints') == before
