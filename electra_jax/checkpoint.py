@@ -31,6 +31,11 @@ def restore_latest(manager: ocp.CheckpointManager, state):
   step = manager.latest_step()
   if step is None:
     return None
+  return restore(manager, step, state)
+
+
+def restore(manager: ocp.CheckpointManager, step: int, state):
+  """Checkpoint `step` restored onto `state`'s shapes and shardings (see restore_latest)."""
   target = jax.tree.map(
       lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
   try:

@@ -64,7 +64,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.data = ml_collections.ConfigDict()
   c.data.train_files = ''      # comma-separated paths or globs of UTF-8 text files
   c.data.eval_files = ''       # same, for evaluation ('' = no evaluation)
-  c.data.vocab_model = ''      # an existing sentencepiece .model; '' = train one on train_files
+  c.data.vocab_model = ''      # a sentencepiece .model or WordPiece vocab.txt; '' = train one
   c.data.vocab_sample_sentences = 1_000_000  # lines sampled to train the vocabulary
   return c
 

@@ -16,9 +16,13 @@ from electra_jax.errors import UsageError
 
 
 def setup_vocab(config: ml_collections.ConfigDict, workdir: str) -> vocab_lib.Vocab:
-  """The workdir's vocabulary, created on first use by copying or training one."""
-  run_model = os.path.join(workdir, 'vocab.model')
+  """The workdir's vocabulary, created on first use by copying or training one.
+
+  It is `vocab.model` (sentencepiece) or, for a run that keeps a WordPiece vocabulary such as
+  one imported from a Google checkpoint, `vocab.txt`.
+  """
   given = config.data.vocab_model
+  run_model = run_vocab_path(workdir, given)
   if os.path.exists(run_model):
     vocab = vocab_lib.load_vocab(run_model)
     if given and vocab_lib.vocab_fingerprint(vocab_lib.load_vocab(given)) != \
@@ -40,6 +44,15 @@ def setup_vocab(config: ml_collections.ConfigDict, workdir: str) -> vocab_lib.Vo
                      f'config.model.vocab_size={config.model.vocab_size}; set '
                      f'--config.model.vocab_size={vocab.size}')
   return vocab
+
+
+def run_vocab_path(workdir: str, given: str = '') -> str:
+  """Where the run's vocabulary is or goes: the existing file, else named after `given`'s kind."""
+  paths = [os.path.join(workdir, name) for name in ('vocab.model', 'vocab.txt')]
+  existing = [p for p in paths if os.path.exists(p)]
+  if existing:
+    return existing[0]
+  return paths[1] if given.endswith('.txt') else paths[0]
 
 
 def load_examples(config: ml_collections.ConfigDict, workdir: str, vocab: vocab_lib.Vocab,

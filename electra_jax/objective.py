@@ -4,7 +4,8 @@ Each function maps to one step of the paper's recipe (Clark et al., 2020, sectio
 original implementation runs it; everything here is pure and runs inside the compiled step, so
 every training step draws fresh masks.
 
-Special token ids are fixed by the vocabulary: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4.
+Special token ids come from the vocabulary (`SpecialIds`); [PAD] must be 0, which the
+model's attention mask also relies on.
 """
 
 from typing import NamedTuple
@@ -14,7 +15,14 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = 0, 1, 2, 3, 4
+
+
+class SpecialIds(NamedTuple):
+  """Ids of the special tokens; the defaults are those of vocabularies trained by electra_jax."""
+  pad: int = 0
+  cls: int = 2
+  sep: int = 3
+  mask: int = 4
 
 class Masked(NamedTuple):
   input_ids: jax.Array  # [B, L] the sequence the generator sees
@@ -28,7 +36,8 @@ def num_slots(max_seq_length: int, mask_prob: float) -> int:
   return int((mask_prob + 0.005) * max_seq_length)
 
 
-def mask_inputs(rng, input_ids, mask_prob: float, mask_token_prob: float = 0.85) -> Masked:
+def mask_inputs(rng, input_ids, mask_prob: float, special: SpecialIds = SpecialIds(),
+                mask_token_prob: float = 0.85) -> Masked:
   """Selects positions to predict and writes [MASK] into 85% of them.
 
   Candidates are non-padding tokens other than [CLS], [SEP] and [MASK]. Each sequence predicts
@@ -41,19 +50,19 @@ def mask_inputs(rng, input_ids, mask_prob: float, mask_token_prob: float = 0.85)
   select_rng, keep_rng = jax.random.split(rng)
   batch, length = input_ids.shape
   slots = num_slots(length, mask_prob)
-  is_candidate = ((input_ids != PAD_ID) & (input_ids != CLS_ID) & (input_ids != SEP_ID)
-                  & (input_ids != MASK_ID))
+  is_candidate = ((input_ids != special.pad) & (input_ids != special.cls)
+                  & (input_ids != special.sep) & (input_ids != special.mask))
   # Uniform scores in (0, 1] for candidates and -1 for the rest: the top-N are a uniformly random
   # subset of candidates, and non-candidates only appear when a sequence has fewer than N.
   scores = jnp.where(is_candidate, 1.0 - jax.random.uniform(select_rng, (batch, length)), -1.0)
   top_scores, positions = jax.lax.top_k(scores, slots)
-  num_tokens = jnp.sum(input_ids != PAD_ID, axis=-1)
+  num_tokens = jnp.sum(input_ids != special.pad, axis=-1)
   num_to_predict = jnp.clip(jnp.round(num_tokens * mask_prob), 1, slots).astype(jnp.int32)
   weights = (jnp.arange(slots)[None, :] < num_to_predict[:, None]) & (top_scores > 0)
   targets = jnp.take_along_axis(input_ids, positions, axis=1)
 
   use_mask_token = jax.random.bernoulli(keep_rng, mask_token_prob, positions.shape) & weights
-  written = jnp.where(use_mask_token, MASK_ID, targets)
+  written = jnp.where(use_mask_token, special.mask, targets)
   return Masked(scatter(input_ids, positions, written, weights), positions,
                 weights.astype(jnp.float32), targets)
 
@@ -89,7 +98,7 @@ def weighted_mean(values, weights):
 
 
 def electra_loss(apply_fn, params, batch, rng, config: ml_collections.ConfigDict,
-                 train: bool = True):
+                 train: bool = True, special: SpecialIds = SpecialIds()):
   """gen_weight * MLM + disc_weight * RTD for one batch, and the statistics behind the metrics.
 
   apply_fn is `Electra.apply`; config holds mask_prob, temperature, gen_weight, disc_weight.
@@ -98,11 +107,11 @@ def electra_loss(apply_fn, params, batch, rng, config: ml_collections.ConfigDict
   """
   mask_rng, gen_rng, sample_rng, disc_rng = jax.random.split(rng, 4)
   input_ids, segment_ids = batch['input_ids'], batch['segment_ids']
-  input_mask = (input_ids != PAD_ID).astype(jnp.float32)
+  input_mask = (input_ids != special.pad).astype(jnp.float32)
   variables = {'params': params}
 
   # Steps 1-3 of the recipe: dynamic masking.
-  masked = mask_inputs(mask_rng, input_ids, config.mask_prob)
+  masked = mask_inputs(mask_rng, input_ids, config.mask_prob, special)
 
   # Step 4: the generator, with logits at the selected positions only.
   gen_logits = apply_fn(variables, masked.input_ids, segment_ids, masked.positions, not train,

@@ -61,13 +61,14 @@ def finished_run(tmp_path_factory, wikitext):
   """An uninterrupted 60-step run, with evaluation every 30 steps."""
   workdir = tmp_path_factory.mktemp('uninterrupted')
   run(workdir, '--config.num_train_steps=60', '--config.eval_every=30', '--config.eval_steps=2',
+      '--config.keep_checkpoints=2',
       f'--config.data.eval_files={wikitext / "wiki.test.raw"}')
   return workdir
 
 
 def test_run_writes_checkpoints_metrics_and_events(finished_run):
   steps = sorted(p.name for p in (finished_run / 'checkpoints').iterdir())
-  assert steps == ['20', '40', '60']
+  assert steps == ['40', '60']  # keep_checkpoints=2: step 20 was rotated out
   for name in ('config.json', 'vocab.model', 'data/train.npz', 'data/eval.npz'):
     assert (finished_run / name).exists(), name
   assert list(finished_run.glob('events.out.tfevents.*'))
@@ -77,7 +78,7 @@ def test_run_writes_checkpoints_metrics_and_events(finished_run):
     assert {*LOSS_KEYS, 'tokens_per_s'} <= set(m)
   evals = [json.loads(l) for l in (finished_run / 'metrics.jsonl').read_text().splitlines()
            if 'eval_loss' in l]
-  assert [e['step'] for e in evals] == [30, 60] and 'eval_disc_auc' in evals[0]
+  assert [e['step'] for e in evals] == [0, 30, 60] and 'eval_disc_auc' in evals[0]
   # Learning happens: the generator's MLM accuracy and loss improve well past the first window.
   assert logged[60]['mlm_accuracy'] > logged[10]['mlm_accuracy'] + 0.02
   assert logged[60]['mlm_loss'] < logged[10]['mlm_loss'] - 0.5

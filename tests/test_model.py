@@ -42,13 +42,16 @@ def test_small_discriminator_has_13_5m_parameters():
 
 
 def test_embeddings_shared_and_projected_only_when_widths_differ():
-  config = load_config('tiny')  # E=64: generator H=64 (no project), discriminator H=128 (project)
+  config = load_config('tiny')
+  config.model.generator_hidden_size = 0.5  # E=64: generator H=64, discriminator H=128
   shapes = param_shapes(config)
   assert set(shapes) == {'embeddings', 'generator', 'generator_head', 'discriminator',
                          'discriminator_head'}
   assert 'embeddings_project' not in shapes['generator']
   assert shapes['discriminator']['embeddings_project']['kernel'].shape == (64, 128)
   assert 'pooler' not in str(jax.tree_util.tree_structure(shapes))
+  config.model.generator_hidden_size = 0.25  # generator H=32 != E: it gets its own projection
+  assert param_shapes(config)['generator']['embeddings_project']['kernel'].shape == (64, 32)
 
 
 def test_gelu_is_exact_erf():
