@@ -16,7 +16,7 @@ from electra_jax.errors import UsageError
 def make_manager(workdir: str, keep: int) -> ocp.CheckpointManager:
   options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=True)
   return ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), 'checkpoints'),
-                               options=options)
+                               options=options, item_handlers=ocp.StandardCheckpointHandler())
 
 
 def save(manager: ocp.CheckpointManager, step: int, state):
@@ -26,7 +26,7 @@ def save(manager: ocp.CheckpointManager, step: int, state):
 def restore_latest(manager: ocp.CheckpointManager, state):
   """The latest checkpoint restored onto `state`'s shapes and shardings, or None if there is none.
 
-  `state` may be concrete arrays or jax.ShapeDtypeStruct leaves with shardings.
+  `state` may be concrete arrays or jax.ShapeDtypeStruct leaves with shardings (cheapest).
   """
   step = manager.latest_step()
   if step is None:
@@ -36,12 +36,33 @@ def restore_latest(manager: ocp.CheckpointManager, state):
 
 def restore(manager: ocp.CheckpointManager, step: int, state):
   """Checkpoint `step` restored onto `state`'s shapes and shardings (see restore_latest)."""
+  _check_params_fit(manager, step, state.params)
   target = jax.tree.map(
       lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
-  try:
-    return manager.restore(step, args=ocp.args.StandardRestore(target))
-  except ValueError as e:
-    first_line = str(e).strip().splitlines()[0]
+  return manager.restore(step, args=ocp.args.StandardRestore(target))
+
+
+def _shapes(tree) -> dict[str, tuple]:
+  return {jax.tree_util.keystr(path).replace("']['", '/').strip("[']"): tuple(x.shape)
+          for path, x in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+def _check_params_fit(manager: ocp.CheckpointManager, step: int, params):
+  """Compares the checkpoint's parameter shapes (from its metadata) with the model's.
+
+  Done before restoring: a restore that fails half-way leaves Orbax's background I/O in a state
+  that spills tracebacks at exit, and the message here names the tensor.
+  """
+  saved = _shapes(manager.item_metadata(step)['params'])
+  wanted = _shapes(params)
+  problems = [f'{name}: checkpoint {saved[name]}, model {wanted[name]}'
+              for name in wanted if name in saved and saved[name] != wanted[name]]
+  problems += [f'{name} missing from the checkpoint' for name in wanted if name not in saved]
+  problems += [f'{name} in the checkpoint but not in the model' for name in saved
+               if name not in wanted]
+  if problems:
+    more = f' (and {len(problems) - 3} more)' if len(problems) > 3 else ''
     raise UsageError(
-        f'checkpoint {manager.directory}/{step} does not match the configured model '
-        f'({first_line}); use a new --workdir or the config that run was started with') from e
+        f'checkpoint {manager.directory}/{step} does not match the configured model: '
+        f'{"; ".join(problems[:3])}{more}; use a new --workdir or the config that run was '
+        'started with')

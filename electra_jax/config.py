@@ -22,6 +22,9 @@ def default_config() -> ml_collections.ConfigDict:
   c.max_seq_length = 128       # tokens per example, [CLS]/[SEP] included
   c.num_train_steps = 1_000_000
   c.dtype = 'float32'          # computation dtype: 'float32' or 'bfloat16' (parameters stay float32)
+  # Memory knobs: they change what is kept in memory, not the result.
+  c.grad_accum_steps = 1       # split each batch into this many micro-batches (summed gradients)
+  c.remat = False              # recompute each layer's activations in the backward pass
 
   # ELECTRA objective.
   c.mask_prob = 0.15           # share of tokens the generator predicts (0.25 for large)
@@ -116,6 +119,9 @@ def validate(config: ml_collections.ConfigDict, num_devices: int):
   if config.batch_size % num_devices:
     raise UsageError(f'config.batch_size={config.batch_size} is not divisible by the '
                      f'{num_devices} devices; use a multiple of {num_devices}')
+  if config.grad_accum_steps < 1 or (config.batch_size // num_devices) % config.grad_accum_steps:
+    raise UsageError(f'config.grad_accum_steps={config.grad_accum_steps} must divide the '
+                     f'per-device batch ({config.batch_size} / {num_devices} devices)')
   if not config.data.train_files:
     raise UsageError('config.data.train_files is empty: pass --config.data.train_files=PATH_OR_GLOB')
   for name in ('log_every', 'save_every'):

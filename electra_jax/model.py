@@ -134,6 +134,7 @@ class Encoder(nn.Module):
   dropout_rate: float
   attention_dropout_rate: float
   dtype: Any = jnp.float32
+  remat: bool = False  # recompute each layer in the backward pass instead of storing it
 
   @nn.compact
   def __call__(self, embedded, input_mask, deterministic: bool):
@@ -143,10 +144,12 @@ class Encoder(nn.Module):
                    name='embeddings_project')(x)
     # Padding keys get a large negative score, as in BERT: exp() of it underflows to 0.
     attention_bias = jnp.where(input_mask[:, None, None, :], 0.0, -10000.0).astype(jnp.float32)
+    # `deterministic` (argument 3, counting self) is a Python bool: static under remat.
+    layer = nn.remat(TransformerLayer, static_argnums=(3,)) if self.remat else TransformerLayer
     for i in range(self.num_layers):
-      x = TransformerLayer(self.num_heads, self.intermediate_size, self.dropout_rate,
-                           self.attention_dropout_rate, self.dtype, name=f'layer_{i}')(
-                               x, attention_bias, deterministic)
+      x = layer(self.num_heads, self.intermediate_size, self.dropout_rate,
+                self.attention_dropout_rate, self.dtype, name=f'layer_{i}')(
+                    x, attention_bias, deterministic)
     return x
 
 
@@ -180,6 +183,7 @@ class Electra(nn.Module):
   """Generator and discriminator over one shared embedding block."""
   config: ml_collections.ConfigDict  # the `model` section of the run config
   dtype: Any = jnp.float32
+  remat: bool = False
 
   def setup(self):
     c = self.config
@@ -189,12 +193,12 @@ class Electra(nn.Module):
     self.generator = Encoder(
         hidden_size=gen_width, num_layers=c.num_layers, num_heads=max(1, gen_width // 64),
         intermediate_size=4 * gen_width, dropout_rate=c.dropout_rate,
-        attention_dropout_rate=c.attention_dropout_rate, dtype=self.dtype)
+        attention_dropout_rate=c.attention_dropout_rate, dtype=self.dtype, remat=self.remat)
     self.generator_head = GeneratorHead(c.embedding_size, c.vocab_size, self.dtype)
     self.discriminator = Encoder(
         hidden_size=c.hidden_size, num_layers=c.num_layers, num_heads=c.num_heads,
         intermediate_size=c.intermediate_size, dropout_rate=c.dropout_rate,
-        attention_dropout_rate=c.attention_dropout_rate, dtype=self.dtype)
+        attention_dropout_rate=c.attention_dropout_rate, dtype=self.dtype, remat=self.remat)
     self.discriminator_head = DiscriminatorHead(self.dtype)
 
   def __call__(self, input_ids, segment_ids, positions, deterministic: bool = True):

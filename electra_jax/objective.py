@@ -78,10 +78,15 @@ def scatter(input_ids, positions, values, weights):
   return input_ids.at[rows, positions].set(values, mode='drop')
 
 
-def sample_replacements(rng, logits, temperature: float):
-  """Tokens drawn from softmax(logits / temperature); no gradient flows through the sample."""
-  logits = jax.lax.stop_gradient(logits)
-  return jax.random.categorical(rng, logits / temperature, axis=-1).astype(jnp.int32)
+def sample_replacements(keys, logits, temperature: float):
+  """Tokens drawn from softmax(logits / temperature), one key per sequence; no gradient flows.
+
+  Per-sequence keys make a sequence's samples independent of which batch or micro-batch it is
+  in, so gradient accumulation reproduces the full batch exactly.
+  """
+  logits = jax.lax.stop_gradient(logits) / temperature
+  draw = lambda key, seq_logits: jax.random.categorical(key, seq_logits, axis=-1)
+  return jax.vmap(draw)(keys, logits).astype(jnp.int32)
 
 
 def replace_and_label(input_ids, masked: Masked, sampled):
@@ -93,8 +98,21 @@ def replace_and_label(input_ids, masked: Masked, sampled):
   return fake_ids, (fake_ids != input_ids).astype(jnp.float32)
 
 
-def weighted_mean(values, weights):
-  return jnp.sum(values * weights) / jnp.maximum(jnp.sum(weights), 1.0)
+class Prepared(NamedTuple):
+  """What the objective draws for a whole batch before any network runs."""
+  masked: Masked
+  sample_keys: jax.Array   # [B] one key per sequence
+  mlm_count: jax.Array     # selected positions in the whole batch (the MLM mean's denominator)
+  token_count: jax.Array   # non-padding tokens in the whole batch (the RTD mean's denominator)
+
+
+def prepare(rng, input_ids, config: ml_collections.ConfigDict,
+            special: SpecialIds = SpecialIds()) -> Prepared:
+  """Steps 1-3 of the recipe (dynamic masking) and the sampling keys, for the whole batch."""
+  mask_rng, sample_rng = jax.random.split(rng)
+  masked = mask_inputs(mask_rng, input_ids, config.mask_prob, special)
+  return Prepared(masked, jax.random.split(sample_rng, input_ids.shape[0]),
+                  jnp.sum(masked.weights), jnp.sum(input_ids != special.pad).astype(jnp.float32))
 
 
 def electra_loss(apply_fn, params, batch, rng, config: ml_collections.ConfigDict,
@@ -105,29 +123,40 @@ def electra_loss(apply_fn, params, batch, rng, config: ml_collections.ConfigDict
   `train` turns dropout on. Returns (loss, stats); stats are sums and counts (see `summarize`),
   so statistics from several steps and devices add up exactly before becoming rates.
   """
-  mask_rng, gen_rng, sample_rng, disc_rng = jax.random.split(rng, 4)
+  prepare_rng, dropout_rng = jax.random.split(rng)
+  prepared = prepare(prepare_rng, batch['input_ids'], config, special)
+  return partial_loss(apply_fn, params, batch, prepared, dropout_rng, config, train, special)
+
+
+def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng,
+                 config: ml_collections.ConfigDict, train: bool = True,
+                 special: SpecialIds = SpecialIds()):
+  """The loss of `batch` (the whole batch or a micro-batch of it) as its share of the batch's.
+
+  Means are taken with the whole batch's denominators (`prepared.mlm_count`, `.token_count`),
+  so the micro-batches' losses and gradients add up exactly to the whole batch's.
+  """
+  gen_rng, disc_rng = jax.random.split(dropout_rng)
   input_ids, segment_ids = batch['input_ids'], batch['segment_ids']
   input_mask = (input_ids != special.pad).astype(jnp.float32)
-  variables = {'params': params}
-
-  # Steps 1-3 of the recipe: dynamic masking.
-  masked = mask_inputs(mask_rng, input_ids, config.mask_prob, special)
+  masked, variables = prepared.masked, {'params': params}
 
   # Step 4: the generator, with logits at the selected positions only.
   gen_logits = apply_fn(variables, masked.input_ids, segment_ids, masked.positions, not train,
                         method='generate', rngs={'dropout': gen_rng})
   log_probs = jax.nn.log_softmax(gen_logits, axis=-1)
   target_log_probs = jnp.take_along_axis(log_probs, masked.targets[..., None], axis=-1)[..., 0]
-  mlm_loss = weighted_mean(-target_log_probs, masked.weights)
+  mlm_loss = -jnp.sum(target_log_probs * masked.weights) / jnp.maximum(prepared.mlm_count, 1.0)
 
   # Step 5: replacements sampled under stop_gradient.
-  sampled = sample_replacements(sample_rng, gen_logits, config.temperature)
+  sampled = sample_replacements(prepared.sample_keys, gen_logits, config.temperature)
 
   # Step 6: the discriminator's input and labels.
   fake_ids, labels = replace_and_label(input_ids, masked, sampled)
   disc_logits = apply_fn(variables, fake_ids, segment_ids, not train,
                          method='discriminate', rngs={'dropout': disc_rng})
-  disc_loss = weighted_mean(optax.sigmoid_binary_cross_entropy(disc_logits, labels), input_mask)
+  per_token = optax.sigmoid_binary_cross_entropy(disc_logits, labels)
+  disc_loss = jnp.sum(per_token * input_mask) / jnp.maximum(prepared.token_count, 1.0)
 
   # Step 7: one joint loss, minimised by one optimizer over both networks.
   loss = config.gen_weight * mlm_loss + config.disc_weight * disc_loss

@@ -7,6 +7,8 @@ all-reduce. The same code runs on one CPU, N simulated CPU devices, a GPU or a T
 
 import functools
 import os
+import signal
+import threading
 import time
 from typing import Any
 
@@ -15,8 +17,8 @@ import flax
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 import optax
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from electra_jax import checkpoint, config as config_lib, input_pipeline, objective, optim, report
@@ -45,24 +47,67 @@ def make_mesh(devices=None) -> Mesh:
 
 
 def make_model(config: ml_collections.ConfigDict) -> Electra:
-  return Electra(config.model, dtype=DTYPES[config.dtype])
+  return Electra(config.model, dtype=DTYPES[config.dtype], remat=config.remat)
 
 
-def create_train_state(config, model, optimizer, replicated) -> TrainState:
-  """Initial state, created directly as replicated arrays on the mesh."""
+def _init_state_fn(config, model, optimizer):
   def init():
     init_rng, train_rng = jax.random.split(jax.random.PRNGKey(config.seed))
     params = init_params(model, init_rng, config.max_seq_length)
     return TrainState(step=jnp.zeros([], jnp.int32), params=params,
                       opt_state=optimizer.init(params), rng=train_rng)
-  return jax.jit(init, out_shardings=replicated)()
+  return init
+
+
+def create_train_state(config, model, optimizer, replicated) -> TrainState:
+  """Initial state, created directly as replicated arrays on the mesh."""
+  return jax.jit(_init_state_fn(config, model, optimizer), out_shardings=replicated)()
+
+
+def abstract_train_state(config, model, optimizer, replicated) -> TrainState:
+  """Shapes, dtypes and shardings of the state, without computing (or allocating) it."""
+  shapes = jax.eval_shape(_init_state_fn(config, model, optimizer))
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated),
+                      shapes)
 
 
 def train_step(state: TrainState, batch, rng, *, model, optimizer, config, special):
-  """One joint update of generator and discriminator; returns the new state and step stats."""
-  loss_fn = functools.partial(objective.electra_loss, model.apply, batch=batch, rng=rng,
-                              config=config, special=special)
-  (_, stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+  """One joint update of generator and discriminator; returns the new state and step stats.
+
+  With config.grad_accum_steps = k > 1 the batch is processed as k micro-batches whose gradients
+  are summed; masks and samples are drawn as for the whole batch (see objective.partial_loss), so
+  the update equals the whole batch's, except that each micro-batch draws its own dropout masks.
+  """
+  prepare_rng, dropout_rng = jax.random.split(rng)
+  prepared = objective.prepare(prepare_rng, batch['input_ids'], config, special)
+  loss_and_grads = jax.value_and_grad(
+      functools.partial(objective.partial_loss, model.apply, config=config, special=special),
+      has_aux=True)
+  steps = config.grad_accum_steps
+  if steps == 1:
+    (_, stats), grads = loss_and_grads(state.params, batch, prepared, dropout_rng)
+  else:
+    # Micro-batch i holds rows i, i + k, i + 2k, ...: a strided split keeps every micro-batch
+    # spread over all devices (a contiguous one would live on a fraction of them). The counts
+    # stay whole-batch totals: they are the denominators of every micro-batch's share.
+    split = lambda x: jnp.swapaxes(x.reshape((-1, steps) + x.shape[1:]), 0, 1)
+    per_example = prepared._replace(mlm_count=None, token_count=None)
+    micro_batches = jax.tree.map(split, (batch, per_example))
+
+    def micro_step(index, micro_batch, micro_prepared):
+      micro_prepared = micro_prepared._replace(mlm_count=prepared.mlm_count,
+                                               token_count=prepared.token_count)
+      (_, micro_stats), micro_grads = loss_and_grads(
+          state.params, micro_batch, micro_prepared, jax.random.fold_in(dropout_rng, index))
+      return micro_grads, micro_stats
+
+    def accumulate(total, inputs):
+      return jax.tree.map(jnp.add, total, micro_step(*inputs)), None
+
+    shapes = jax.eval_shape(micro_step, 0, *jax.tree.map(lambda x: x[0], micro_batches))
+    zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
+    (grads, stats), _ = jax.lax.scan(accumulate, zeros, (jnp.arange(steps), *micro_batches))
+    stats['disc_auc'] /= steps  # the mean of the micro-batches' AUCs
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   return state.replace(step=state.step + 1, params=params, opt_state=opt_state), stats
@@ -109,6 +154,33 @@ def run_eval(evaluate, params, examples, config, batch_sharding, base_rng) -> di
   return objective.summarize(jax.device_get(total), config.eval_steps)
 
 
+def chief_first(make, name: str):
+  """make() on process 0 first, then on the others once it is done.
+
+  Process 0 writes the workdir's vocabulary and prepared data; the others then load them from a
+  shared workdir, or, on a disk of their own, make identical ones (both are deterministic).
+  """
+  if jax.process_count() == 1:
+    return make()
+  result = make() if jax.process_index() == 0 else None
+  multihost_utils.sync_global_devices(f'electra_jax: {name} ready')
+  return result if jax.process_index() == 0 else make()
+
+
+def preemption_check(manager):
+  """A function step -> bool: should the run save now and stop, because it is being preempted?
+
+  One process: SIGTERM, which a spot or preemptible VM gets before it is taken, sets a flag.
+  Several: Orbax's reached_preemption, through which every process agrees on the same step.
+  """
+  if jax.process_count() > 1:
+    return manager.reached_preemption
+  requested = threading.Event()
+  if threading.current_thread() is threading.main_thread():
+    signal.signal(signal.SIGTERM, lambda signum, frame: requested.set())
+  return lambda step: requested.is_set()
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
   """Pretrains (or resumes pretraining) in `workdir` until config.num_train_steps."""
   config_lib.validate(config, jax.device_count())
@@ -116,9 +188,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
   os.makedirs(workdir, exist_ok=True)
   is_chief = jax.process_index() == 0
 
-  vocab = input_pipeline.setup_vocab(config, workdir)
-  train_examples = input_pipeline.load_examples(config, workdir, vocab, 'train')
-  eval_examples = input_pipeline.load_examples(config, workdir, vocab, 'eval')
+  vocab = chief_first(lambda: input_pipeline.setup_vocab(config, workdir), 'vocab')
+  train_examples = chief_first(
+      lambda: input_pipeline.load_examples(config, workdir, vocab, 'train'), 'train data')
+  eval_examples = chief_first(
+      lambda: input_pipeline.load_examples(config, workdir, vocab, 'eval'), 'eval data')
 
   mesh = make_mesh()
   model = make_model(config)
@@ -129,13 +203,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
   train, evaluate, replicated, batch_sharding = compile_steps(config, model, optimizer, mesh,
                                                               special)
 
-  state = create_train_state(config, model, optimizer, replicated)
   manager = checkpoint.make_manager(workdir, config.keep_checkpoints)
   writer = None
   try:  # Orbax's background threads must be shut down on every way out, errors included.
-    restored = checkpoint.restore_latest(manager, state)
-    state = state if restored is None else restored
-    config_lib.save_config(config, workdir)  # only once the checkpoint is known to fit
+    # Restoring onto the abstract state avoids holding an unused initial state in memory.
+    restored = checkpoint.restore_latest(
+        manager, abstract_train_state(config, model, optimizer, replicated))
+    state = (create_train_state(config, model, optimizer, replicated) if restored is None
+             else restored)
+    if is_chief:
+      config_lib.save_config(config, workdir)  # only once the checkpoint is known to fit
     first_step = int(state.step)
     logging.info('%s at step %d of %d on %d device(s); %s parameters (generator + discriminator)',
                  'resuming' if restored is not None else 'starting', first_step,
@@ -155,6 +232,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
     if evaluating and first_step == 0:
       evaluate_and_log(0)  # the untrained baseline every curve starts from
 
+    preemption_requested = preemption_check(manager)
     total, window_steps, window_start = None, 0, time.perf_counter()
     for step in range(first_step, config.num_train_steps):
       batch = pipeline.local_batch(train_examples, config.batch_size, config.seed, step,
@@ -176,8 +254,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
       if evaluating and done % config.eval_every == 0:
         evaluate_and_log(done)
 
-      if done % config.save_every == 0 or done == config.num_train_steps:
+      preempted = preemption_requested(done)
+      if done % config.save_every == 0 or done == config.num_train_steps or preempted:
         checkpoint.save(manager, done, state)
+      if preempted:
+        logging.warning('preempted: saved the checkpoint of step %d; run the same command again '
+                        'to resume', done)
+        break
     manager.wait_until_finished()
   finally:
     manager.close()

@@ -167,4 +167,64 @@ def test_checkpoint_of_another_shape_is_refused_and_left_intact(finished_run, tm
   line = error_line(run(workdir, '--config.num_train_steps=80', '--config.model.intermediate_size=256',
                         check=False))
   assert 'does not match the configured model' in line
+  assert 'discriminator/layer_0/intermediate/kernel: checkpoint (128, 512), model (128, 256)' in line
   assert tree_digest(workdir / 'checkpoints') == before
+
+
+def test_preemption_saves_the_current_step_and_resumes(finished_run, tmp_path):
+  workdir = tmp_path / 'preempted'
+  # save_every is out of reach, so the only checkpoint is the one the preemption writes.
+  process = subprocess.Popen(command(workdir, '--config.num_train_steps=60',
+                                     '--config.save_every=1000'),
+                             env=env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True)
+  deadline = time.time() + 300
+  while not (workdir / 'metrics.jsonl').exists() or max(metrics(workdir), default=0) < 20:
+    assert process.poll() is None and time.time() < deadline
+    time.sleep(0.2)
+  process.send_signal(signal.SIGTERM)
+  _, stderr = process.communicate(timeout=120)
+  assert process.returncode == 0, stderr[-2000:]
+  saved = [int(p.name) for p in (workdir / 'checkpoints').iterdir() if p.name.isdigit()]
+  assert len(saved) == 1 and 20 <= saved[0] <= 50, saved  # so window 51-60 follows the restart
+  assert f'saved the checkpoint of step {saved[0]}' in stderr
+
+  result = run(workdir, '--config.num_train_steps=60', '--config.save_every=1000')
+  assert f'resuming at step {saved[0]} of 60' in result.stderr
+  # Windows wholly after the restart match the uninterrupted run.
+  resumed, uninterrupted = metrics(workdir), metrics(finished_run)
+  for key in LOSS_KEYS:
+    assert resumed[60][key] == pytest.approx(uninterrupted[60][key], rel=1e-5), key
+
+
+def free_port():
+  import socket  # pylint: disable=g-import-not-at-top
+  with socket.socket() as s:
+    s.bind(('localhost', 0))
+    return s.getsockname()[1]
+
+
+def test_two_processes_train_like_one_with_the_same_devices(tmp_path, wikitext):
+  steps = ['--config.num_train_steps=20', '--config.log_every=5', '--config.save_every=20']
+  one = tmp_path / 'one_process'
+  subprocess.run(command(one, *steps), env={**env(), 'JAX_NUM_CPU_DEVICES': '4'}, cwd=REPO,
+                 check=True, capture_output=True, timeout=600)
+  two = tmp_path / 'two_processes'
+  port = free_port()
+  workers = [subprocess.Popen(
+      command(two, *steps, f'--coordinator_address=localhost:{port}', '--num_processes=2',
+              f'--process_id={i}'),
+      env={**env(), 'JAX_NUM_CPU_DEVICES': '2'}, cwd=REPO, stdout=subprocess.DEVNULL,
+      stderr=subprocess.PIPE, text=True) for i in range(2)]
+  for worker in workers:
+    _, stderr = worker.communicate(timeout=600)
+    assert worker.returncode == 0, stderr[-3000:]
+  assert 'on 4 device(s)' in stderr
+  # One metrics file, written by process 0 alone: one line per logged step, not two.
+  lines = (two / 'metrics.jsonl').read_text().splitlines()
+  assert [json.loads(l)['step'] for l in lines] == [5, 10, 15, 20]
+  reference, distributed = metrics(one), metrics(two)
+  for step in reference:
+    for key in LOSS_KEYS:
+      assert distributed[step][key] == pytest.approx(reference[step][key], rel=1e-5), (step, key)
+  assert sorted(p.name for p in (two / 'checkpoints').iterdir()) == ['20']

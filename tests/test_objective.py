@@ -99,7 +99,8 @@ def test_sampling_follows_softmax_with_temperature():
   logits = jnp.log(jnp.array([[0.1, 0.2, 0.3, 0.4]]))
   for temperature in (1.0, 0.5):
     keys = jax.random.split(jax.random.PRNGKey(0), 40_000)
-    draws = jax.vmap(lambda k: objective.sample_replacements(k, logits, temperature))(keys)
+    draws = jax.vmap(lambda k: objective.sample_replacements(k[None], logits[None], temperature))(
+        keys)
     freq = np.bincount(np.asarray(draws).ravel(), minlength=4) / draws.size
     expected = np.asarray(jax.nn.softmax(logits / temperature))[0]
     np.testing.assert_allclose(freq, expected, atol=0.01)
@@ -153,7 +154,7 @@ def test_mlm_loss_matches_float64_cross_entropy(tiny_model):
   config, model, params, batch = tiny_model
   rng = jax.random.PRNGKey(5)
   _, stats = objective.electra_loss(model.apply, params, batch, rng, config, train=False)
-  masked = objective.mask_inputs(jax.random.split(rng, 4)[0], batch['input_ids'], 0.15)
+  masked = objective.prepare(jax.random.split(rng)[0], batch['input_ids'], config).masked
   logits = np.asarray(model.apply({'params': params}, masked.input_ids, batch['segment_ids'],
                                   masked.positions, method='generate'), np.float64)
   log_probs = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) \

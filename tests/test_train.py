@@ -34,19 +34,10 @@ def test_four_devices_equal_one_device_on_the_same_global_batch():
   losses_1, params_1 = run_steps(jax.devices()[:1], config, batches)
   losses_4, params_4 = run_steps(jax.devices()[:4], config, batches)
   np.testing.assert_allclose(losses_4, losses_1, rtol=1e-5)
-  # Relative per tensor (elementwise, near-zero entries magnify reduction-order noise through
-  # Adam's normalisation). The attention key biases are the exception: their true gradient is
-  # exactly zero (softmax ignores a shift shared by all keys), so they hold only rounding noise
-  # (~1e-12 gradients, ~1e-9 values after Adam) and are held to an absolute bound instead.
-  errors, key_bias_errors = [], []
-  for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(params_4), jax.tree.leaves(params_1)):
-    if "['key']['bias']" in jax.tree_util.keystr(path):
-      key_bias_errors.append(np.abs(a - b).max())
-    else:
-      errors.append(np.abs(a - b).max() / np.abs(b).max())
+  error, key_bias_error = compare_params(params_4, params_1)
   print(f'4 vs 1 device: losses {losses_4} vs {losses_1}; max relative parameter error '
-        f'{max(errors):.2e} over {len(errors)} tensors; key biases within {max(key_bias_errors):.1e}')
-  assert max(errors) <= 1e-5 and max(key_bias_errors) < 1e-7
+        f'{error:.2e}; key biases within {key_bias_error:.1e}')
+  assert error <= 1e-5 and key_bias_error < 1e-7
   # The steps did change the parameters (so equality is not trivially true).
   _, initial = run_steps(jax.devices()[:1], config, [])
   assert not np.allclose(jax.tree.leaves(initial)[0], jax.tree.leaves(params_1)[0])
@@ -64,3 +55,99 @@ def test_bfloat16_computes_in_bfloat16_and_keeps_float32_parameters():
   assert all(x.dtype == np.float32 for x in jax.tree.leaves(params_16))
   assert losses_16[0] != losses_32[0]  # bfloat16 really was used...
   np.testing.assert_allclose(losses_16, losses_32, rtol=0.02)  # ...and tracks float32 closely
+
+
+def small_config(batch_size=8, **overrides):
+  config = load_config('tiny')
+  config.model.vocab_size, config.max_seq_length, config.batch_size = 300, 32, batch_size
+  config.warmup_steps = 0
+  config.update(overrides)
+  return config
+
+
+def random_batches(count, batch_size, seed=0):
+  rng = np.random.default_rng(seed)
+  return [{'input_ids': ids, 'segment_ids': (np.arange(32) >= 16).astype(np.int32)[None].repeat(
+      batch_size, 0) * (ids != 0)}
+          for ids in (packed_like_sequences(rng, batch_size, 32, vocab=300).astype(np.int32)
+                      for _ in range(count))]
+
+
+def compare_params(params_a, params_b):
+  """(max relative error per tensor, max absolute error of the attention key biases).
+
+  Relative per tensor, because elementwise near-zero entries magnify reduction-order noise
+  through Adam's normalisation. The attention key biases are apart: their true gradient is
+  exactly zero (softmax ignores a shift shared by all keys), so they hold only rounding noise
+  (~1e-12 gradients, ~1e-9 values after Adam) and are held to an absolute bound instead.
+  """
+  errors, key_bias_errors = [0.0], [0.0]
+  for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(params_a), jax.tree.leaves(params_b)):
+    if "['key']['bias']" in jax.tree_util.keystr(path):
+      key_bias_errors.append(np.abs(a - b).max())
+    else:
+      errors.append(np.abs(a - b).max() / np.abs(b).max())
+  return max(errors), max(key_bias_errors)
+
+
+def test_gradient_accumulation_equals_the_large_batch():
+  config = small_config(batch_size=32)
+  config.model.dropout_rate = config.model.attention_dropout_rate = 0.0  # dropout masks differ
+  batches = random_batches(2, 32)
+  losses_full, params_full = run_steps(jax.devices()[:4], config, batches)
+  config.grad_accum_steps = 4  # 4 micro-batches of 8, each spread over the 4 devices
+  losses_accum, params_accum = run_steps(jax.devices()[:4], config, batches)
+  error, key_bias_error = compare_params(params_accum, params_full)
+  print(f'accumulation 4 x 8 vs 32: losses {losses_accum} vs {losses_full}; params {error:.1e}')
+  np.testing.assert_allclose(losses_accum, losses_full, rtol=1e-5)
+  assert error <= 1e-5 and key_bias_error < 1e-7
+
+
+def test_remat_changes_nothing_but_memory():
+  config = small_config()
+  batches = random_batches(2, 8)
+  losses, params = run_steps(jax.devices()[:1], config, batches)
+  config.remat = True
+  losses_remat, params_remat = run_steps(jax.devices()[:1], config, batches)
+  np.testing.assert_allclose(losses_remat, losses, rtol=1e-6)
+  error, key_bias_error = compare_params(params_remat, params)
+  assert error <= 1e-5 and key_bias_error < 1e-7
+
+
+def test_checkpoint_saved_on_4_devices_restores_on_2_and_1(tmp_path):
+  from electra_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  config = small_config()
+  batches = random_batches(4, 8)
+
+  def setup(num_devices):
+    mesh = train.make_mesh(jax.devices()[:num_devices])
+    model, optimizer = train.make_model(config), optim.make_optimizer(config)
+    step, _, replicated, batch_sharding = train.compile_steps(config, model, optimizer, mesh)
+    return model, optimizer, step, replicated, batch_sharding
+
+  def run(state, step, batch_sharding, start):
+    losses = []
+    for i in range(start, 4):
+      batch = {k: jax.device_put(v, batch_sharding) for k, v in batches[i].items()}
+      state, stats = step(state, batch, jax.random.fold_in(state.rng, i))
+      losses.append(float(stats['loss']))
+    return losses
+
+  model, optimizer, step, replicated, batch_sharding = setup(4)
+  state = train.create_train_state(config, model, optimizer, replicated)
+  for i in range(2):
+    batch = {k: jax.device_put(v, batch_sharding) for k, v in batches[i].items()}
+    state, _ = step(state, batch, jax.random.fold_in(state.rng, i))
+  manager = checkpoint.make_manager(str(tmp_path), keep=1)
+  checkpoint.save(manager, 2, state)
+  manager.wait_until_finished()
+  expected = run(state, step, batch_sharding, 2)  # continuing on the 4 devices
+
+  for num_devices in (2, 1):
+    model, optimizer, step, replicated, batch_sharding = setup(num_devices)
+    restored = checkpoint.restore_latest(
+        manager, train.abstract_train_state(config, model, optimizer, replicated))
+    assert int(restored.step) == 2
+    assert restored.params['embeddings']['layer_norm']['scale'].sharding.num_devices == num_devices
+    np.testing.assert_allclose(run(restored, step, batch_sharding, 2), expected, rtol=1e-5)
+  manager.close()
