@@ -19,7 +19,10 @@ setup(
     python_requires='>=3.11',
     install_requires=REQUIREMENTS,
     extras_require={
-        # Test-only: the suite, and scipy for float64 references of erf and friends.
-        'test': ['pytest>=8', 'scipy>=1.11'],
+        # Test-only: the suite, and scipy for float64 references of erf and friends; torch
+        # (CPU) and transformers check the Hugging Face export and import; nbconvert and
+        # ipykernel execute launch/colab.ipynb.
+        'test': ['pytest>=8', 'scipy>=1.11', 'torch==2.13.0', 'transformers', 'nbconvert>=7',
+                 'ipykernel>=6'],
     },
 )

@@ -67,6 +67,19 @@ def default_config() -> ml_collections.ConfigDict:
   c.data = ml_collections.ConfigDict()
   c.data.train_files = ''      # comma-separated paths or globs of UTF-8 text files
   c.data.eval_files = ''       # same, for evaluation ('' = no evaluation)
+  # Instead of train_files: comma-separated sources, each `tfds:NAME[/CONFIG][:SPLIT[:FEATURE]]`
+  # (split 'train' and feature 'text' by default) or a path/glob of .txt, .txt.gz, .jsonl or
+  # .jsonl.gz files; `@WEIGHT` after every source makes them a weighted mixture (e.g.
+  # 'tfds:wikipedia/20230601.en@0.7,books/*.txt@0.3'); without weights they are concatenated.
+  c.data.sources = ''
+  c.data.eval_sources = ''     # same, for evaluation, instead of eval_files
+  c.data.tfds_data_dir = ''    # TFDS data_dir (local or gs://); '' = TFDS's default
+  c.data.text_field = 'text'   # the field of each .jsonl record that holds the document
+  # A directory written by `python -m electra_jax.prepare` (train/, optional eval/, vocab);
+  # '' = prepare the sources into <workdir>/data on first use.
+  c.data.prepared_dir = ''
+  c.data.prepare_workers = 0   # processes that prepare data; 0 = one per CPU core
+  c.data.prefetch_batches = 2  # batches made ahead in a background thread (0 = none)
   c.data.vocab_model = ''      # a sentencepiece .model or WordPiece vocab.txt; '' = train one
   c.data.vocab_sample_sentences = 1_000_000  # lines sampled to train the vocabulary
   return c
@@ -122,8 +135,13 @@ def validate(config: ml_collections.ConfigDict, num_devices: int):
   if config.grad_accum_steps < 1 or (config.batch_size // num_devices) % config.grad_accum_steps:
     raise UsageError(f'config.grad_accum_steps={config.grad_accum_steps} must divide the '
                      f'per-device batch ({config.batch_size} / {num_devices} devices)')
-  if not config.data.train_files:
-    raise UsageError('config.data.train_files is empty: pass --config.data.train_files=PATH_OR_GLOB')
+  data = config.data
+  if not (data.train_files or data.sources or data.prepared_dir):
+    raise UsageError('config.data.train_files is empty: pass --config.data.train_files=PATH_OR_GLOB'
+                     ' (or --config.data.sources=..., or --config.data.prepared_dir=DIR)')
+  if sum(map(bool, (data.train_files, data.sources, data.prepared_dir))) > 1:
+    raise UsageError('set only one of config.data.train_files, data.sources and '
+                     'data.prepared_dir: they all name the training data')
   for name in ('log_every', 'save_every'):
     if config[name] <= 0:
       raise UsageError(f'config.{name} must be a positive number of steps')

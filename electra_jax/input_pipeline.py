@@ -1,44 +1,68 @@
 """What the trainer needs from data/: the run's vocabulary, its examples, and batches on the mesh.
 
-The vocabulary and the prepared examples live in the workdir, so a resumed run reads exactly what
-the first run wrote, whatever happened to the source files or the config since.
+The vocabulary lives in the workdir, and the examples either in <workdir>/data (prepared there
+from data.train_files / data.sources on first use) or in data.prepared_dir (written once by
+`python -m electra_jax.prepare`). Prepared examples record the sha256 of the vocabulary they
+were tokenized with, and a run refuses examples of another vocabulary.
+
+Batches: the example ids of step s are a pure function of (seed, s) (see data/pipeline.py), so
+the step saved in the checkpoint is the whole iterator state; each process gathers its own rows
+and the global batch is assembled on the mesh with jax.make_array_from_process_local_data.
 """
 
+from collections.abc import Iterator
 import os
+import queue
 import shutil
+import threading
 
 import jax
 import ml_collections
 import numpy as np
 
-from electra_jax.data import pipeline, text, vocab as vocab_lib
+from electra_jax.data import pipeline, preparation, sources as sources_lib, store
+from electra_jax.data import vocab as vocab_lib
 from electra_jax.errors import UsageError
+
+
+def _prepared_vocab(prepared_dir: str) -> str:
+  for name in ('vocab.model', 'vocab.txt'):
+    if os.path.exists(os.path.join(prepared_dir, name)):
+      return os.path.join(prepared_dir, name)
+  raise UsageError(f"data.prepared_dir '{prepared_dir}' holds no vocab.model or vocab.txt; "
+                   'pass the vocabulary it was prepared with as --config.data.vocab_model')
 
 
 def setup_vocab(config: ml_collections.ConfigDict, workdir: str) -> vocab_lib.Vocab:
   """The workdir's vocabulary, created on first use by copying or training one.
 
   It is `vocab.model` (sentencepiece) or, for a run that keeps a WordPiece vocabulary such as
-  one imported from a Google checkpoint, `vocab.txt`.
+  one imported from a Google checkpoint, `vocab.txt`. Without data.vocab_model, a run on
+  data.prepared_dir takes the vocabulary stored there, and any other run trains one.
   """
   given = config.data.vocab_model
+  if config.data.prepared_dir:
+    store.check_local(config.data.prepared_dir, 'data.prepared_dir')
+    given = given or _prepared_vocab(config.data.prepared_dir)
   run_model = run_vocab_path(workdir, given)
   if os.path.exists(run_model):
     vocab = vocab_lib.load_vocab(run_model)
     if given and vocab_lib.vocab_fingerprint(vocab_lib.load_vocab(given)) != \
         vocab_lib.vocab_fingerprint(vocab):
       raise UsageError(f'{given} differs from the vocabulary this run was started with '
-                       f'({run_model}); use a new --workdir or drop --config.data.vocab_model')
+                       f'({run_model}); use a new --workdir, or drop --config.data.vocab_model '
+                       '(or use data prepared with the run\'s vocabulary)')
   elif given:
     vocab_lib.load_vocab(given)  # fails clearly before anything is copied
     shutil.copyfile(given, run_model + '.tmp')
     os.replace(run_model + '.tmp', run_model)
     vocab = vocab_lib.load_vocab(run_model)
   else:
-    files = text.resolve_files(config.data.train_files)
-    vocab = vocab_lib.train_vocab(files, config.model.vocab_size, os.path.join(workdir, 'vocab'),
-                                  max_sentences=config.data.vocab_sample_sentences,
-                                  seed=config.seed)
+    vocab = preparation.train_vocab(
+        sources_lib.from_config(config.data, 'train'), config.model.vocab_size,
+        os.path.join(workdir, 'vocab'), tfds_data_dir=config.data.tfds_data_dir,
+        text_field=config.data.text_field, max_sentences=config.data.vocab_sample_sentences,
+        seed=config.seed)
   if vocab.size != config.model.vocab_size:
     raise UsageError(f'the vocabulary {vocab.model_path} has {vocab.size} pieces but '
                      f'config.model.vocab_size={config.model.vocab_size}; set '
@@ -56,16 +80,80 @@ def run_vocab_path(workdir: str, given: str = '') -> str:
 
 
 def load_examples(config: ml_collections.ConfigDict, workdir: str, vocab: vocab_lib.Vocab,
-                  split: str) -> dict[str, np.ndarray] | None:
-  """Packed examples of `split` ('train' or 'eval'), prepared once into <workdir>/data/."""
-  patterns = config.data[f'{split}_files']
-  if not patterns:
-    return None
-  return pipeline.prepare_examples(
-      text.resolve_files(patterns, setting=f'data.{split}_files'), vocab, max_seq_length=config.max_seq_length,
-      seed=config.seed, cache_dir=os.path.join(workdir, 'data'), name=split)
+                  split: str) -> store.ExampleStore | None:
+  """The examples of `split` ('train' or 'eval'), or None when the config names none.
+
+  Sources named in the config are prepared once into <workdir>/data/<split> (and prepared
+  again when they, the vocabulary, max_seq_length or seed change); otherwise the split comes
+  from data.prepared_dir, whose vocabulary hash and max_seq_length must match the run's. With
+  several processes, train.py lets process 0 prepare first; the others then take its split even
+  though their own copies of the files carry other modification times.
+  """
+  specs = sources_lib.from_config(config.data, split)
+  if specs is None:
+    prepared = config.data.prepared_dir
+    if not prepared or (split != 'train' and not os.path.isdir(os.path.join(prepared, split))):
+      return None
+    return store.open_store(os.path.join(prepared, split), vocab_sha256=vocab.fingerprint(),
+                            max_seq_length=config.max_seq_length)
+  return preparation.ensure_prepared(
+      specs, vocab, os.path.join(workdir, 'data', split), max_seq_length=config.max_seq_length,
+      seed=config.seed, tfds_data_dir=config.data.tfds_data_dir,
+      text_field=config.data.text_field, workers=config.data.prepare_workers,
+      check_mtimes=jax.process_index() == 0, name=split)
 
 
 def to_global_array(local_batch: dict[str, np.ndarray], sharding) -> dict[str, jax.Array]:
   """Assembles each process's rows into one global batch sharded over the mesh's data axis."""
   return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local_batch.items()}
+
+
+def _global_batch(examples, config: ml_collections.ConfigDict, step: int, sharding):
+  batch = pipeline.local_batch(examples, config.batch_size, config.seed, step,
+                               jax.process_index(), jax.process_count())
+  return to_global_array(batch, sharding)
+
+
+def train_batches(examples, config: ml_collections.ConfigDict, first_step: int,
+                  sharding) -> Iterator[dict[str, jax.Array]]:
+  """The global batches of steps first_step, first_step + 1, ... < num_train_steps, in order.
+
+  A background thread gathers and transfers up to data.prefetch_batches batches ahead, so the
+  step never waits for input. What each step gets is still a pure function of (seed, step).
+  Close the iterator (or let it be collected) to stop the thread.
+  """
+  steps = range(first_step, config.num_train_steps)
+  depth = config.data.prefetch_batches
+  if depth <= 0:
+    yield from (_global_batch(examples, config, step, sharding) for step in steps)
+    return
+  ready, stop = queue.Queue(maxsize=depth), threading.Event()
+
+  def put(item) -> bool:
+    while not stop.is_set():
+      try:
+        ready.put(item, timeout=0.1)
+        return True
+      except queue.Full:
+        pass
+    return False
+
+  def produce():
+    try:
+      for step in steps:
+        if not put(_global_batch(examples, config, step, sharding)):
+          return
+    except BaseException as e:  # pylint: disable=broad-except  (re-raised in the consumer)
+      put(e)
+
+  thread = threading.Thread(target=produce, name='electra_jax-prefetch', daemon=True)
+  thread.start()
+  try:
+    for _ in steps:
+      item = ready.get()
+      if isinstance(item, BaseException):
+        raise item
+      yield item
+  finally:
+    stop.set()
+    thread.join()

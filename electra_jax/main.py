@@ -5,12 +5,13 @@ Running the same command again resumes from the latest checkpoint in DIR; raisin
 """
 
 import glob
-import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from electra_jax.errors import UsageError
+from electra_jax import cli
+
+USAGE = 'python -m electra_jax.main --config=configs/tiny.py --workdir=DIR [--config.x=y ...]'
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Run config file (configs/*.py).',
                                           lock_config=True)
@@ -34,45 +35,25 @@ def start_processes():
   import jax  # pylint: disable=g-import-not-at-top
   if _COORDINATOR.value:
     if _NUM_PROCESSES.value is None or _PROCESS_ID.value is None:
-      fail('--coordinator_address needs --num_processes and --process_id')
+      cli.fail('--coordinator_address needs --num_processes and --process_id')
     jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   elif on_tpu_vm():
-    jax.distributed.initialize()  # every worker of a pod slice runs the same command
-
-
-def fail(message: str):
-  sys.exit(f'electra_jax: error: {message}')
-
-
-def parse_flags(argv):
-  """absl flag parsing, with config mistakes reported as one line instead of a traceback."""
-  config_path = next((a.split('=', 1)[1] for a in argv if a.startswith('--config=')), None)
-  try:
-    if config_path:
-      from electra_jax import config as config_lib  # pylint: disable=g-import-not-at-top
-      config_lib.check_overrides(argv, config_path)
-    return flags.FLAGS(argv)
-  except UsageError as e:
-    fail(str(e))
-  except flags.Error as e:
-    fail(f'{e}\nusage: python -m electra_jax.main --config=configs/tiny.py --workdir=DIR')
-  except (AttributeError, KeyError, TypeError, ValueError) as e:
-    fail(f'bad --config override: {e}')
+    try:
+      jax.distributed.initialize()  # every worker of a pod slice runs the same command
+    except (RuntimeError, ValueError) as e:
+      # A single-host TPU runtime (e.g. Colab's) may have no cluster to join; on a pod slice
+      # this succeeds, and a failure there would show as fewer devices than the slice has.
+      logging.warning('running as a single process: jax.distributed.initialize() failed (%s)', e)
 
 
 def main(argv):
   if len(argv) > 1:
-    fail(f'unexpected arguments: {" ".join(argv[1:])}')
+    cli.fail(f'unexpected arguments: {" ".join(argv[1:])}')
   start_processes()
   from electra_jax import train  # pylint: disable=g-import-not-at-top  (keeps --help fast)
-  # Orbax narrates every save at INFO through absl; keep its warnings, drop the narration.
-  logging.get_absl_logger().addFilter(
-      lambda record: record.levelno >= logging.WARNING or '/orbax/' not in record.pathname)
-  try:
-    train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-  except UsageError as e:
-    fail(str(e))
+  cli.quiet_orbax()
+  cli.run(train.train_and_evaluate, _CONFIG.value, _WORKDIR.value)
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=parse_flags)
+  app.run(main, flags_parser=cli.flags_parser(USAGE))

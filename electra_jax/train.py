@@ -134,6 +134,18 @@ def compile_steps(config, model, optimizer, mesh, special=objective.SpecialIds()
   return train, evaluate, replicated, batch_sharding
 
 
+def check_compiled_once(step):
+  """Raises unless the jitted `step` holds exactly one compiled program.
+
+  Every step must reuse step 1's program. A second one means an input changed shape, dtype or
+  sharding between steps: each such change costs a full compilation and keeps another program.
+  """
+  compiled = step._cache_size()  # pylint: disable=protected-access
+  if compiled != 1:
+    raise RuntimeError(f'the train step was compiled {compiled} times; it must compile once '
+                       '(an input changed shape, dtype or sharding between steps)')
+
+
 @functools.partial(jax.jit, donate_argnums=0)
 def _accumulate(total, stats):
   return jax.tree.map(jnp.add, total, stats)
@@ -204,7 +216,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
                                                               special)
 
   manager = checkpoint.make_manager(workdir, config.keep_checkpoints)
-  writer = None
+  writer = batches = None
   try:  # Orbax's background threads must be shut down on every way out, errors included.
     # Restoring onto the abstract state avoids holding an unused initial state in memory.
     restored = checkpoint.restore_latest(
@@ -233,16 +245,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
       evaluate_and_log(0)  # the untrained baseline every curve starts from
 
     preemption_requested = preemption_check(manager)
+    # Batches are gathered and put on the devices ahead, in a background thread.
+    batches = input_pipeline.train_batches(train_examples, config, first_step, batch_sharding)
     total, window_steps, window_start = None, 0, time.perf_counter()
     for step in range(first_step, config.num_train_steps):
-      batch = pipeline.local_batch(train_examples, config.batch_size, config.seed, step,
-                                   jax.process_index(), jax.process_count())
-      batch = input_pipeline.to_global_array(batch, batch_sharding)
-      state, stats = train(state, batch, jax.random.fold_in(state.rng, step))
+      state, stats = train(state, next(batches), jax.random.fold_in(state.rng, step))
       total, window_steps = add_stats(total, stats), window_steps + 1
       done = step + 1
 
       if done % config.log_every == 0 or done == config.num_train_steps:
+        check_compiled_once(train)
         metrics = objective.summarize(jax.device_get(total), window_steps)
         elapsed = time.perf_counter() - window_start
         metrics['learning_rate'] = float(schedule(step))
@@ -263,6 +275,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
         break
     manager.wait_until_finished()
   finally:
+    if batches is not None:
+      batches.close()  # stops the prefetch thread
     manager.close()
     if writer is not None:
       writer.close()

@@ -1,7 +1,6 @@
 """Tests of electra_jax.data: reading corpora, the vocabulary, packing examples and batches."""
 
 import hashlib
-import json
 import math
 import os
 from pathlib import Path
@@ -364,49 +363,3 @@ def test_eval_batches_are_fixed_and_wrap_around():
     np.testing.assert_array_equal(
         np.concatenate([halves[0][step]['input_ids'], halves[1][step]['input_ids']]),
         batches[step]['input_ids'])
-
-
-@needs_wikitext
-def test_prepare_examples_caches_and_rebuilds_on_change(tmp_path, vocab, monkeypatch):
-  corpus = write(tmp_path / 'corpus.txt', WIKI_TRAIN_PART.read_bytes())
-  cache = tmp_path / 'cache'
-  prepare = lambda length: pipeline.prepare_examples([corpus], vocab, length, 0, str(cache),
-                                                     'train')
-  built = prepare(64)
-  record = json.loads((cache / 'train.json').read_text())
-  assert record['counts']['examples'] == len(built['input_ids']) > 0
-  assert record['counts']['documents'] > 0
-  assert record['counts']['tokens'] >= record['counts']['tokens_in_examples'] > 0
-  assert record['counts']['padding_fraction'] == pytest.approx(np.mean(built['input_ids'] == 0),
-                                                               abs=1e-5)
-  assert record['key']['max_seq_length'] == 64
-
-  stamp = (cache / 'train.npz').stat().st_mtime_ns
-
-  def no_packing(*args, **kwargs):
-    raise AssertionError('the cached examples should have been used')
-
-  with monkeypatch.context() as patch:
-    patch.setattr(packing, 'pack_examples', no_packing)
-    cached = prepare(64)
-  for key in ('input_ids', 'segment_ids'):
-    np.testing.assert_array_equal(cached[key], built[key])
-  assert (cache / 'train.npz').stat().st_mtime_ns == stamp
-
-  shorter = prepare(32)  # A different length invalidates the cache.
-  assert shorter['input_ids'].shape[1] == 32
-  assert json.loads((cache / 'train.json').read_text())['key']['max_seq_length'] == 32
-
-  with open(corpus, 'a') as f:  # So does a changed corpus.
-    f.write('\n A new paragraph about lobsters .\n')
-  assert len(prepare(32)['input_ids']) == len(shorter['input_ids']) + 1
-
-  (cache / 'train.npz').write_bytes(b'truncated')  # A broken cache is rebuilt, not trusted.
-  np.testing.assert_array_equal(prepare(32)['input_ids'][:-1], shorter['input_ids'])
-
-
-@needs_wikitext
-def test_prepare_examples_names_an_empty_corpus(tmp_path, vocab):
-  path = write(tmp_path / 'empty.txt', '\n \n')
-  with pytest.raises(UsageError, match=re.escape(f"corpus '{path}' holds no text")):
-    pipeline.prepare_examples([path], vocab, 64, 0, str(tmp_path / 'cache'), 'eval')

@@ -69,5 +69,6 @@ def test_a_different_vocab_for_an_existing_run_is_refused(config, trained_workdi
 def test_examples_are_prepared_into_the_workdir(config, trained_workdir):
   workdir, vocab = trained_workdir
   examples = input_pipeline.load_examples(config, str(workdir), vocab, 'train')
-  assert examples['input_ids'].shape[1] == 64 and (workdir / 'data' / 'train.npz').exists()
+  assert examples.gather([0])['input_ids'].shape == (1, 64)
+  assert (workdir / 'data' / 'train' / 'manifest.json').exists()
   assert input_pipeline.load_examples(config, str(workdir), vocab, 'eval') is None

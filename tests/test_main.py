@@ -69,7 +69,7 @@ def finished_run(tmp_path_factory, wikitext):
 def test_run_writes_checkpoints_metrics_and_events(finished_run):
   steps = sorted(p.name for p in (finished_run / 'checkpoints').iterdir())
   assert steps == ['40', '60']  # keep_checkpoints=2: step 20 was rotated out
-  for name in ('config.json', 'vocab.model', 'data/train.npz', 'data/eval.npz'):
+  for name in ('config.json', 'vocab.model', 'data/train/manifest.json', 'data/eval/manifest.json'):
     assert (finished_run / name).exists(), name
   assert list(finished_run.glob('events.out.tfevents.*'))
   logged = metrics(finished_run)

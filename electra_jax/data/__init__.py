@@ -1,5 +1,8 @@
-"""Pretraining data: text -> sentencepiece ids -> packed ELECTRA examples -> deterministic batches.
+"""Pretraining data: text -> token ids -> packed ELECTRA examples on disk -> deterministic batches.
 
-text.py reads corpora, vocab.py trains and loads the vocabulary, packing.py builds examples the
-way google-research/electra does, and pipeline.py caches them and draws batches.
+sources.py names corpora (text, JSON Lines and TFDS via tfds_source.py) and cuts them into
+units of work; text.py reads text files; vocab.py (and wordpiece.py) train and load the
+vocabulary; packing.py builds examples the way google-research/electra does; preparation.py
+tokenizes and packs the units in parallel into shards that store.py writes, checks and reads;
+pipeline.py says which example ids each step reads; benchmark.py measures it all on one core.
 """

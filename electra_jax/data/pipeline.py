@@ -1,141 +1,62 @@
-"""Prepared pretraining examples, cached on disk, and the deterministic batches drawn from them.
+"""The deterministic batches drawn from prepared examples: which example ids each step reads.
 
-The batch of every step is a pure function of (number of examples, batch size, seed, step), so
-a run resumed from a checkpoint sees exactly the batches the uninterrupted run would have, and
-no data-loader state needs saving.
+The batch of every step is a pure function of (examples, batch size, seed, step), so a run
+resumed from a checkpoint sees exactly the batches the uninterrupted run would have: the
+checkpointed step *is* the iterator position, and no data-loader state needs saving.
+
+Process p of P takes rows [p * B/P, (p + 1) * B/P) of each global batch, so the processes read
+disjoint examples whose union is the global batch, and the global batches do not depend on how
+many processes (hosts) read them.
+
+`examples` is anything with len() and gather(indices) -> {'input_ids', 'segment_ids'} (a
+store.ExampleStore), or a dict of those two arrays. A store whose sources carry weights is a
+mixture: every batch then holds a fixed number of examples of each source (see mixture_counts).
 """
 
-from collections.abc import Iterable, Iterator, Sequence
-import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 import functools
-import json
-import os
-import zipfile
 
-from absl import logging
 import numpy as np
 
-from electra_jax.data import packing
-from electra_jax.data import text
-from electra_jax.data import vocab as vocab_lib
 from electra_jax.errors import UsageError
 
-# Bump when packing or tokenization changes, so caches made by older code are rebuilt.
-_CACHE_FORMAT = 1
-_LINES_PER_ENCODE = 4096  # Lines tokenized per sentencepiece call (it encodes them in parallel).
-
-
-def _document_chunks(documents: Iterable[list[str]]) -> Iterator[list[list[str]]]:
-  """Groups documents into chunks of about _LINES_PER_ENCODE lines, in order."""
-  chunk, chunk_lines = [], 0
-  for document in documents:
-    chunk.append(document)
-    chunk_lines += len(document)
-    if chunk_lines >= _LINES_PER_ENCODE:
-      yield chunk
-      chunk, chunk_lines = [], 0
-  if chunk:
-    yield chunk
-
-
-def _tokenized_documents(files: Sequence[str], vocab: vocab_lib.Vocab,
-                         counts: dict[str, int]) -> Iterator[list[list[int]]]:
-  """Yields each document as token-id lists, one per line; tallies documents and tokens."""
-  for chunk in _document_chunks(text.read_documents(files)):
-    ids = iter(vocab.encode([line for document in chunk for line in document]))
-    for document in chunk:
-      tokenized = [next(ids) for _ in document]
-      counts['documents'] += 1
-      counts['tokens'] += sum(map(len, tokenized))
-      yield tokenized
-
-
-def _file_records(files: Sequence[str]) -> list[dict]:
-  """What identifies the corpus for the cache: path, size and modification time of each file."""
-  records = []
-  for path in files:
-    try:
-      stat = os.stat(path)
-    except OSError as e:
-      raise UsageError(f"cannot read '{path}': {e.strerror}; check the path") from None
-    records.append({'path': os.path.abspath(path), 'bytes': stat.st_size,
-                    'mtime_ns': stat.st_mtime_ns})
-  return records
-
-
-def _load_cached(npz_path: str, json_path: str, key: dict) -> dict[str, np.ndarray] | None:
-  try:
-    with open(json_path) as f:
-      if json.load(f).get('key') != key:
-        return None
-    with np.load(npz_path) as cached:
-      return {name: cached[name] for name in ('input_ids', 'segment_ids')}
-  except (OSError, ValueError, KeyError, AttributeError, EOFError, zipfile.BadZipFile):
-    return None  # Absent, unreadable or truncated: rebuild it.
-
-
-def _replace_atomically(path: str, write) -> None:
-  tmp_path = f'{path}.tmp{os.getpid()}'
-  with open(tmp_path, 'wb') as f:
-    write(f)
-  os.replace(tmp_path, path)
-
-
-def prepare_examples(files: Sequence[str], vocab: vocab_lib.Vocab, max_seq_length: int,
-                     seed: int, cache_dir: str, name: str) -> dict[str, np.ndarray]:
-  """Tokenizes and packs the corpus, or loads the result cached by an earlier identical call.
-
-  The cache is `cache_dir/<name>.npz` plus `cache_dir/<name>.json`, which records what the
-  arrays were made from (vocabulary fingerprint, files with sizes and mtimes, max_seq_length,
-  seed) and what they hold (documents, tokens, examples, padding fraction). The arrays are
-  reused only when the recorded inputs match this call's.
-  """
-  key = {'format': _CACHE_FORMAT, 'vocab_sha256': vocab_lib.vocab_fingerprint(vocab),
-         'files': _file_records(files), 'max_seq_length': max_seq_length, 'seed': seed}
-  npz_path = os.path.join(cache_dir, f'{name}.npz')
-  json_path = os.path.join(cache_dir, f'{name}.json')
-  examples = _load_cached(npz_path, json_path, key)
-  if examples is not None:
-    logging.info('%s: loaded %d cached examples from %s', name, len(examples['input_ids']),
-                 npz_path)
-    return examples
-
-  counts = {'documents': 0, 'tokens': 0}
-  try:
-    examples = packing.pack_examples(_tokenized_documents(files, vocab, counts),
-                                     max_seq_length, vocab.cls_id, vocab.sep_id, seed)
-  except UsageError:
-    if counts['documents'] == 0:  # Say which files are empty, which packing cannot know.
-      raise UsageError(f'corpus {text.describe_files(files)} holds no text (only blank '
-                       'lines); check data.train_files / data.eval_files') from None
-    raise
-  input_ids = examples['input_ids']
-  specials = (input_ids == 0) | (input_ids == vocab.cls_id) | (input_ids == vocab.sep_id)
-  counts['examples'] = len(input_ids)
-  # Packing drops the part of a line that does not fit an example; this shows how much.
-  counts['tokens_in_examples'] = int(input_ids.size - specials.sum())
-  counts['padding_fraction'] = round(float(np.mean(input_ids == 0)), 6)
-  logging.info('%s: %d documents, %d tokens, %d examples of %d tokens (%d tokens kept, '
-               '%.1f%% padding) from %s', name, counts['documents'], counts['tokens'],
-               counts['examples'], max_seq_length, counts['tokens_in_examples'],
-               100 * counts['padding_fraction'], text.describe_files(files))
-
-  os.makedirs(cache_dir, exist_ok=True)
-  # The record goes first, so a crash while the arrays are written leaves no record claiming
-  # that a stale or half-written .npz matches.
-  with contextlib.suppress(FileNotFoundError):
-    os.remove(json_path)
-  _replace_atomically(npz_path, lambda f: np.savez(f, **examples))
-  record = json.dumps({'key': key, 'counts': counts}, indent=2).encode()
-  _replace_atomically(json_path, lambda f: f.write(record))
-  return examples
+# Keep the mixture's random streams apart from the single-corpus one and from each other. Seeds
+# are lists for np.random.SeedSequence, which ignores trailing zeros, so none ends in 0.
+_MIXTURE_STREAM_TAG = 0xA11
+_MIXTURE_ROWS_TAG = 0xA12
 
 
 @functools.lru_cache(maxsize=8)
-def _epoch_permutation(num_examples: int, seed: int, epoch: int) -> np.ndarray:
-  permutation = np.random.default_rng([seed, epoch]).permutation(num_examples)
+def _epoch_permutation(num_examples: int, seed: int, epoch: int,
+                       stream: tuple[int, ...] = ()) -> np.ndarray:
+  permutation = np.random.default_rng([seed, epoch, *stream]).permutation(num_examples)
+  if num_examples < 1 << 31:
+    permutation = permutation.astype(np.int32)  # Half the memory on a corpus of 10^8 examples.
   permutation.flags.writeable = False  # Shared by the cache, so nobody may change it.
   return permutation
+
+
+def _stream_slice(num_examples: int, seed: int, start: int, stop: int,
+                  stream: tuple[int, ...] = ()) -> np.ndarray:
+  """Positions [start, stop) of the stream epoch 0, epoch 1, ... (each a permutation)."""
+  parts = []
+  for epoch in range(start // num_examples, (stop - 1) // num_examples + 1):
+    epoch_start = epoch * num_examples
+    permutation = _epoch_permutation(num_examples, seed, epoch, stream)
+    parts.append(permutation[max(start - epoch_start, 0):min(stop - epoch_start, num_examples)])
+  return np.concatenate(parts).astype(np.int64)
+
+
+def _check_arguments(num_examples: int, global_batch_size: int, seed: int, step: int):
+  if num_examples <= 0:
+    raise UsageError('there are no examples to draw batches from; check data.train_files')
+  if global_batch_size <= 0:
+    raise UsageError(f'batch_size={global_batch_size}; set --config.batch_size to a positive '
+                     'number')
+  if seed < 0:
+    raise UsageError(f'seed={seed}; set --config.seed to a non-negative integer')
+  if step < 0:
+    raise ValueError(f'step must be non-negative, got {step}')
 
 
 def batch_indices(num_examples: int, global_batch_size: int, seed: int,
@@ -147,24 +68,63 @@ def batch_indices(num_examples: int, global_batch_size: int, seed: int,
   positions [step * B, (step + 1) * B). A batch may straddle epochs, or span several when B
   exceeds the number of examples. Only the permutations of those epochs are computed.
   """
-  if num_examples <= 0:
-    raise UsageError('there are no examples to draw batches from; check data.train_files')
-  if global_batch_size <= 0:
-    raise UsageError(f'batch_size={global_batch_size}; set --config.batch_size to a positive '
-                     'number')
-  if seed < 0:
-    raise UsageError(f'seed={seed}; set --config.seed to a non-negative integer')
-  if step < 0:
-    raise ValueError(f'step must be non-negative, got {step}')
-  num_examples, global_batch_size = int(num_examples), int(global_batch_size)
-  start = int(step) * global_batch_size
-  stop = start + global_batch_size
-  parts = []
-  for epoch in range(start // num_examples, (stop - 1) // num_examples + 1):
-    epoch_start = epoch * num_examples
-    permutation = _epoch_permutation(num_examples, int(seed), epoch)
-    parts.append(permutation[max(start - epoch_start, 0):min(stop - epoch_start, num_examples)])
-  return np.concatenate(parts).astype(np.int64, copy=False)
+  _check_arguments(num_examples, global_batch_size, seed, step)
+  start = int(step) * int(global_batch_size)
+  return _stream_slice(int(num_examples), int(seed), start, start + int(global_batch_size))
+
+
+def mixture_counts(weights: Sequence[float], global_batch_size: int) -> list[int]:
+  """Examples of each source in every batch: B * weight, rounded by largest remainder.
+
+  A fixed count per batch makes the position of every source's stream at step s simply
+  s * count, so any step's batch is computed directly. The realized shares are count / B.
+  """
+  shares = np.asarray(weights, np.float64) / np.sum(weights) * global_batch_size
+  counts = np.floor(shares).astype(np.int64)
+  remainder_order = np.argsort(-(shares - counts), kind='stable')
+  counts[remainder_order[:global_batch_size - counts.sum()]] += 1
+  if counts.min() == 0:
+    source = int(np.argmin(counts))
+    raise UsageError(f'source {source} of the mixture has weight {weights[source]:g}, less than '
+                     f'one example in a batch of {global_batch_size}; raise its weight to at '
+                     f'least {np.sum(weights) / global_batch_size:.3g} or the batch size')
+  return counts.tolist()
+
+
+def mixture_batch_indices(source_sizes: Sequence[int], weights: Sequence[float],
+                          global_batch_size: int, seed: int, step: int) -> np.ndarray:
+  """Example ids (int64 [B]) of global batch `step` of a weighted mixture of sources.
+
+  Source k holds ids [sum(sizes[:k]), sum(sizes[:k+1])) and has its own epoch stream, drawn
+  from (seed, epoch, k); batch `step` takes the next mixture_counts(...)[k] examples of each
+  stream, then shuffles its rows with (seed, step), so every process's share mixes sources.
+  """
+  _check_arguments(min(source_sizes), global_batch_size, seed, step)
+  counts = mixture_counts(weights, global_batch_size)
+  offsets = np.cumsum([0, *source_sizes[:-1]])
+  parts = [offset + _stream_slice(int(size), int(seed), step * count, (step + 1) * count,
+                                  (_MIXTURE_STREAM_TAG, k + 1))
+           for k, (size, count, offset) in enumerate(zip(source_sizes, counts, offsets))]
+  rows = np.random.default_rng([seed, step, _MIXTURE_ROWS_TAG]).permutation(global_batch_size)
+  return np.concatenate(parts)[rows]
+
+
+def _num_examples(examples) -> int:
+  return len(examples['input_ids']) if isinstance(examples, Mapping) else len(examples)
+
+
+def _gather(examples, indices: np.ndarray) -> dict[str, np.ndarray]:
+  if isinstance(examples, Mapping):
+    return {name: examples[name][indices] for name in ('input_ids', 'segment_ids')}
+  return examples.gather(indices)
+
+
+def global_batch_indices(examples, global_batch_size: int, seed: int, step: int) -> np.ndarray:
+  """The example ids of global batch `step`: a single corpus, or a weighted mixture."""
+  weights = getattr(examples, 'weights', None)
+  if weights is not None and len(weights) > 1:
+    return mixture_batch_indices(examples.source_sizes, weights, global_batch_size, seed, step)
+  return batch_indices(_num_examples(examples), global_batch_size, seed, step)
 
 
 def _process_rows(global_batch_size: int, process_index: int, process_count: int) -> slice:
@@ -178,19 +138,21 @@ def _process_rows(global_batch_size: int, process_index: int, process_count: int
   return slice(process_index * rows, (process_index + 1) * rows)
 
 
-def _gather(examples: dict[str, np.ndarray], indices: np.ndarray) -> dict[str, np.ndarray]:
-  return {name: examples[name][indices] for name in ('input_ids', 'segment_ids')}
+def local_batch_indices(examples, global_batch_size: int, seed: int, step: int,
+                        process_index: int = 0, process_count: int = 1) -> np.ndarray:
+  """The example ids this process reads for global batch `step`."""
+  rows = _process_rows(global_batch_size, process_index, process_count)
+  return global_batch_indices(examples, global_batch_size, seed, step)[rows]
 
 
-def local_batch(examples: dict[str, np.ndarray], global_batch_size: int, seed: int, step: int,
+def local_batch(examples, global_batch_size: int, seed: int, step: int,
                 process_index: int = 0, process_count: int = 1) -> dict[str, np.ndarray]:
   """This process's rows ([B / P, L] int32 arrays) of shuffled global batch `step`."""
-  rows = _process_rows(global_batch_size, process_index, process_count)
-  indices = batch_indices(len(examples['input_ids']), global_batch_size, seed, step)
-  return _gather(examples, indices[rows])
+  return _gather(examples, local_batch_indices(examples, global_batch_size, seed, step,
+                                               process_index, process_count))
 
 
-def eval_batches(examples: dict[str, np.ndarray], global_batch_size: int, num_batches: int,
+def eval_batches(examples, global_batch_size: int, num_batches: int,
                  process_index: int = 0,
                  process_count: int = 1) -> Iterator[dict[str, np.ndarray]]:
   """This process's rows of a fixed, unshuffled pass over the first num_batches * B examples.
@@ -199,7 +161,7 @@ def eval_batches(examples: dict[str, np.ndarray], global_batch_size: int, num_ba
   batch is full and has the same shape (one compiled evaluation step serves them all).
   """
   rows = _process_rows(global_batch_size, process_index, process_count)
-  num_examples = len(examples['input_ids'])
+  num_examples = _num_examples(examples)
   if num_examples == 0:
     raise UsageError('the evaluation set holds no examples; check data.eval_files')
   for batch in range(num_batches):

@@ -1,12 +1,15 @@
 """Reading plain-text corpora: one sentence or paragraph per line, a blank line between documents.
 
 This is the input format of google-research/electra's build_pretraining_dataset.py. Files must
-be UTF-8; a bad byte is reported with its file, line and byte offset rather than silently
-replaced, because replaced text would quietly end up in the vocabulary and the examples.
+be UTF-8 (a .gz file is decompressed as it is read); a bad byte is reported with its file, line
+and byte offset rather than silently replaced, because replaced text would quietly end up in the
+vocabulary and the examples. Big files are read in byte ranges cut between documents, so several
+workers can prepare one file.
 """
 
 from collections.abc import Iterable, Iterator, Sequence
 import glob
+import gzip
 import os
 
 from electra_jax.errors import UsageError
@@ -47,29 +50,67 @@ def describe_files(files: Sequence[str]) -> str:
   return f"'{files[0]}'{more}"
 
 
-def _decode_line(raw: bytes, path: str, line_number: int, line_offset: int) -> str:
+def _decode_line(raw: bytes, path: str, line_number: int | None, line_offset: int) -> str:
   try:
     return raw.decode('utf-8')
   except UnicodeDecodeError as e:
     bad = raw[e.start:e.start + 4].hex(' ')
+    where = f'line {line_number}, ' if line_number is not None else ''
     raise UsageError(
-        f"'{path}' is not valid UTF-8: line {line_number}, byte offset {line_offset + e.start} "
+        f"'{path}' is not valid UTF-8: {where}byte offset {line_offset + e.start} "
         f'(bytes {bad}); convert it with `iconv -f <its encoding> -t utf-8 {path}`') from None
 
 
-def _read_lines(path: str) -> Iterator[str]:
-  """Yields the decoded lines of one file, without line endings or surrounding whitespace."""
+def open_binary(path: str):
+  """Opens a corpus file for reading bytes, decompressing it if its name ends in .gz."""
   try:
-    f = open(path, 'rb')
+    return gzip.open(path, 'rb') if path.endswith('.gz') else open(path, 'rb')
   except OSError as e:
     raise UsageError(
         f"cannot read '{path}': {e.strerror}; check the path and its permissions") from None
-  with f:
-    offset = 0  # Byte offset of the current line in the file, for error messages.
-    for line_number, raw in enumerate(f, start=1):
-      skip = len(_UTF8_BOM) if line_number == 1 and raw.startswith(_UTF8_BOM) else 0
-      yield _decode_line(raw[skip:], path, line_number, offset + skip).strip()
-      offset += len(raw)
+
+
+def read_lines_at(path: str, start: int = 0,
+                  stop: int | None = None) -> Iterator[tuple[int, str]]:
+  """Yields (byte offset, line) for the lines of a file or of its bytes [start, stop), stripped.
+
+  A range must begin at the start of a line (see line_ranges); offsets of a .gz file count
+  uncompressed bytes, and only a whole .gz file (start 0) can be read.
+  """
+  with open_binary(path) as f:
+    if start:
+      f.seek(start)
+    offset = start
+    try:
+      for line_number, raw in enumerate(f, start=1):
+        if stop is not None and offset >= stop:
+          break
+        skip = len(_UTF8_BOM) if offset == 0 and raw.startswith(_UTF8_BOM) else 0
+        # Line numbers are only known when reading from the start of the file.
+        yield offset, _decode_line(raw[skip:], path, line_number if not start else None,
+                                   offset + skip).strip()
+        offset += len(raw)
+    except (OSError, EOFError, gzip.BadGzipFile) as e:
+      raise UsageError(f"cannot read '{path}' after byte {offset} ({e}); the file is damaged or "
+                       'truncated: restore it or leave it out') from None
+
+
+def read_lines(path: str, start: int = 0, stop: int | None = None) -> Iterator[str]:
+  """The lines of read_lines_at without their offsets."""
+  return (line for _, line in read_lines_at(path, start, stop))
+
+
+def documents_of_lines(lines: Iterable[str]) -> Iterator[list[str]]:
+  """Groups stripped lines into documents: a blank line ends one; no document is empty."""
+  document = []
+  for line in lines:
+    if line:
+      document.append(line)
+    elif document:
+      yield document
+      document = []
+  if document:
+    yield document
 
 
 def read_documents(files: Iterable[str]) -> Iterator[list[str]]:
@@ -79,12 +120,30 @@ def read_documents(files: Iterable[str]) -> Iterator[list[str]]:
   files). Runs of blank lines do not produce empty documents.
   """
   for path in files:
-    document = []
-    for line in _read_lines(path):
-      if line:
-        document.append(line)
-      elif document:
-        yield document
-        document = []
-    if document:
-      yield document
+    yield from documents_of_lines(read_lines(path))
+
+
+def line_ranges(path: str, unit_bytes: int, by_document: bool) -> list[tuple[int, int | None]]:
+  """Cuts a file into byte ranges of about `unit_bytes` that start at a line (or document).
+
+  With `by_document`, a range starts only after a blank line, so no document is cut in two;
+  reading the ranges one after another gives the documents of the whole file. A .gz file
+  cannot be entered in the middle and is one range. `None` as the end means the end of file.
+  """
+  size = os.path.getsize(path)
+  if path.endswith('.gz') or size <= unit_bytes:
+    return [(0, None)]
+  starts = [0]
+  with open(path, 'rb') as f:
+    for nominal in range(unit_bytes, size, unit_bytes):
+      if nominal <= starts[-1]:
+        continue  # The previous cut already passed this point (a long document).
+      f.seek(nominal - 1)
+      f.readline()  # To the start of the first line at or after `nominal`.
+      if by_document:
+        while (line := f.readline()) and line.strip():
+          pass  # Past the next blank line: what follows starts a document.
+      if f.tell() >= size:
+        break
+      starts.append(f.tell())
+  return list(zip(starts, starts[1:] + [None]))

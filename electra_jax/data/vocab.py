@@ -19,6 +19,7 @@ import numpy as np
 import sentencepiece as spm
 
 from electra_jax.data import text
+from electra_jax.data import wordpiece
 from electra_jax.errors import UsageError
 
 T = TypeVar('T')
@@ -41,6 +42,14 @@ class Vocab:
   def encode(self, lines: Sequence[str]) -> list[list[int]]:
     """Token ids of each line (sentencepiece encodes the batch on all cores)."""
     return self.processor.encode(list(lines), out_type=int)
+
+  def fingerprint(self) -> str:
+    """sha256 of the model's bytes: recorded with prepared data, so a changed vocabulary is seen.
+
+    Hashes the proto that was loaded, which equals the .model file's bytes, so a file replaced
+    after loading cannot make the fingerprint disagree with the ids in use.
+    """
+    return hashlib.sha256(self.processor.serialized_model_proto()).hexdigest()
 
 
 def reservoir_sample(items: Iterable[T], size: int, rng: np.random.Generator) -> list[T]:
@@ -109,11 +118,20 @@ def train_vocab(files: Sequence[str], vocab_size: int, out_prefix: str, *,
   are sampled here with `seed`, and the model proto is written here, so it does not record
   `out_prefix` (sentencepiece stores the prefix it writes to inside the model).
   """
-  corpus = text.describe_files(files)
+  check_sample_size(max_sentences)
+  return train_vocab_on_sentences(sample_lines(files, max_sentences, seed), vocab_size,
+                                  out_prefix, text.describe_files(files), model_type=model_type)
+
+
+def check_sample_size(max_sentences: int) -> None:
   if max_sentences <= 0:
     raise UsageError(f'the vocabulary sample size must be positive, got {max_sentences}; '
                      'set --config.data.vocab_sample_sentences to e.g. 1000000')
-  sentences = sample_lines(files, max_sentences, seed)
+
+
+def train_vocab_on_sentences(sentences: Sequence[str], vocab_size: int, out_prefix: str,
+                             corpus: str, *, model_type: str = 'unigram') -> Vocab:
+  """Trains on sampled lines of `corpus` (its name, for messages); see train_vocab."""
   if not sentences:
     raise UsageError(f'corpus {corpus} holds no text (only blank lines); '
                      'check data.train_files')
@@ -143,8 +161,10 @@ def train_vocab(files: Sequence[str], vocab_size: int, out_prefix: str, *,
   return vocab
 
 
-def load_vocab(model_path: str) -> Vocab:
-  """Loads a sentencepiece .model and checks that its ids 0-4 are the special tokens."""
+def load_vocab(model_path: str) -> Vocab | wordpiece.WordPieceVocab:
+  """Loads a sentencepiece .model (checking that ids 0-4 are the specials) or a WordPiece .txt."""
+  if model_path.endswith('.txt'):
+    return wordpiece.load_wordpiece(model_path)
   if not os.path.isfile(model_path):
     raise UsageError(f"vocabulary model '{model_path}' does not exist; check data.vocab_model, "
                      'or leave it empty to train a vocabulary on data.train_files')
@@ -168,11 +188,7 @@ def load_vocab(model_path: str) -> Vocab:
   return Vocab(processor=processor, model_path=model_path, size=size)
 
 
-def vocab_fingerprint(vocab: Vocab) -> str:
-  """sha256 of the model's bytes: recorded with prepared data, so a changed vocabulary is seen.
-
-  Hashes the proto that was loaded, which equals the .model file's bytes, so a file replaced
-  after loading cannot make the fingerprint disagree with the ids in use.
-  """
-  return hashlib.sha256(vocab.processor.serialized_model_proto()).hexdigest()
+def vocab_fingerprint(vocab: Vocab | wordpiece.WordPieceVocab) -> str:
+  """What identifies the vocabulary's ids, recorded with prepared data (see Vocab.fingerprint)."""
+  return vocab.fingerprint()
 

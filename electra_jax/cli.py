@@ -1,0 +1,46 @@
+"""What every command line shares: a user's mistake ends as one `electra_jax: error:` line."""
+
+import logging
+import sys
+
+from absl import flags
+from absl import logging as absl_logging
+
+from electra_jax.errors import UsageError
+
+
+def fail(message: str):
+  sys.exit(f'electra_jax: error: {message}')
+
+
+def flags_parser(usage: str):
+  """An absl flags_parser that reports flag and config mistakes in one line plus the usage."""
+  def parse(argv):
+    config_path = next((a.split('=', 1)[1] for a in argv if a.startswith('--config=')), None)
+    try:
+      if config_path:
+        from electra_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+        config_lib.check_overrides(argv, config_path)
+      return flags.FLAGS(argv)
+    except UsageError as e:
+      fail(str(e))
+    except flags.Error as e:
+      fail(f'{e}\nusage: {usage}')
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+      fail(f'bad --config override: {e}')
+  return parse
+
+
+def run(function, *args, **kwargs):
+  """Calls `function`, turning a UsageError into the one-line error exit."""
+  try:
+    return function(*args, **kwargs)
+  except UsageError as e:
+    fail(str(e))
+
+
+def quiet_orbax():
+  """Orbax narrates every save and restore at INFO through absl; keep only its warnings."""
+  # Record levels are the standard library's (absl's own WARNING constant is 1, not 30).
+  absl_logging.get_absl_logger().addFilter(
+      lambda record: record.levelno >= logging.WARNING or '/orbax/' not in record.pathname)

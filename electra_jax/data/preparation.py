@@ -1,0 +1,257 @@
+"""Preparing a corpus once: its units tokenized and packed in parallel into a prepared split.
+
+Each unit of work (see sources.py) becomes one shard, packed with its own random stream
+np.random.default_rng([seed, source, unit]), so the examples and their ids are a pure function
+of (corpus, vocabulary, max_seq_length, seed), whatever the number of workers. Workers are
+spawned processes (not forked: the parent may hold JAX's threads), each loading the vocabulary
+once. The split is written to a temporary directory and moved into place only when complete,
+so an interrupted preparation leaves no directory that claims to be prepared.
+"""
+
+from collections.abc import Iterable, Iterator, Sequence
+import dataclasses
+import functools
+import json
+import multiprocessing
+import os
+import shutil
+import sys
+import time
+
+from absl import logging
+import numpy as np
+import tqdm
+
+from electra_jax.data import packing, sources as sources_lib, store, vocab as vocab_lib
+from electra_jax.errors import UsageError
+
+_LINES_PER_ENCODE = 4096  # Lines tokenized per call (sentencepiece encodes a batch in C++).
+_ROWS_PER_BLOCK = 8192
+
+
+@dataclasses.dataclass(frozen=True)
+class _Task:
+  """What a worker needs to turn one unit into one shard (picklable)."""
+  unit: sources_lib.Unit
+  source_index: int
+  unit_index: int
+  shard_path: str
+  shard_index: int
+  vocab_path: str
+  vocab_sha256: str
+  max_seq_length: int
+  seed: int
+  ids_dtype: str
+
+
+@functools.lru_cache(maxsize=2)
+def _vocab(path: str, sha256: str):
+  """The vocabulary a worker encodes with, checked to be the one the manifest will name."""
+  vocab = vocab_lib.load_vocab(path)
+  if vocab_lib.vocab_fingerprint(vocab) != sha256:
+    raise UsageError(f'{path} changed while the data was being prepared; prepare it again')
+  return vocab
+
+
+def _tokenized(documents: Iterable[list[str]], vocab, counts: dict) -> Iterator[list[list[int]]]:
+  """Yields each document as token-id lists, encoding ~_LINES_PER_ENCODE lines per call."""
+  chunk, chunk_lines = [], 0
+
+  def flush():
+    ids = iter(vocab.encode([line for document in chunk for line in document]))
+    for document in chunk:
+      tokenized = [next(ids) for _ in document]
+      counts['documents'] += 1
+      counts['tokens'] += sum(map(len, tokenized))
+      yield tokenized
+
+  for document in documents:
+    chunk.append(document)
+    chunk_lines += len(document)
+    if chunk_lines >= _LINES_PER_ENCODE:
+      yield from flush()
+      chunk, chunk_lines = [], 0
+  yield from flush()
+
+
+def pack_unit(task: _Task) -> dict:
+  """Tokenizes and packs one unit into its shard; returns the shard's entry and counts."""
+  vocab = _vocab(task.vocab_path, task.vocab_sha256)
+  counts = {'documents': 0, 'tokens': 0}
+  dtype = store.record_dtype(task.max_seq_length, task.ids_dtype)
+  rng = np.random.default_rng([task.seed, task.source_index, task.unit_index])
+  documents = _tokenized(sources_lib.read_unit(task.unit), vocab, counts)
+  # Rows go into preallocated blocks: an array per example would cost far more memory.
+  blocks, filled = [], _ROWS_PER_BLOCK
+  for pair in packing.segment_pairs(documents, task.max_seq_length, rng):
+    if filled == _ROWS_PER_BLOCK:
+      blocks.append(np.zeros(_ROWS_PER_BLOCK, dtype))
+      filled = 0
+    block = blocks[-1]
+    packing.fill_example(pair, block['input_ids'][filled], block['segment_ids'][filled],
+                         vocab.cls_id, vocab.sep_id)
+    filled += 1
+  if blocks:
+    blocks[-1] = blocks[-1][:filled]
+  rows = np.concatenate(blocks) if blocks else np.zeros(0, dtype)
+  rows['check'] = store.row_checks(rows, task.shard_index, np.arange(len(rows)))
+  entry = store.write_shard(task.shard_path, rows)
+  ids = rows['input_ids']
+  entry['source'] = task.source_index
+  counts['padding'] = int(np.sum(ids == vocab.pad_id))
+  counts['specials'] = int(np.sum((ids == vocab.cls_id) | (ids == vocab.sep_id)))
+  return {'entry': entry, 'counts': counts}
+
+
+def _indexed_pack(indexed_task):
+  index, task = indexed_task
+  return index, pack_unit(task)
+
+
+def _run(tasks: Sequence[_Task], workers: int) -> Iterator[tuple[int, dict]]:
+  if workers <= 1:
+    yield from map(_indexed_pack, enumerate(tasks))
+    return
+  with multiprocessing.get_context('spawn').Pool(workers) as pool:
+    yield from pool.imap_unordered(_indexed_pack, enumerate(tasks))
+
+
+def _summary(results: Sequence[dict], max_seq_length: int) -> dict:
+  total = lambda name: sum(r['counts'][name] for r in results)
+  examples = sum(r['entry']['examples'] for r in results)
+  slots = examples * max_seq_length
+  return {'documents': total('documents'), 'tokens': total('tokens'), 'examples': examples,
+          # Packing drops the part of a line that does not fit an example; this shows how much.
+          'tokens_in_examples': slots - total('padding') - total('specials'),
+          'padding_fraction': round(total('padding') / slots, 6) if slots else 0.0}
+
+
+def _commit(tmp_dir: str, out_dir: str) -> None:
+  """Moves a complete split into place, replacing an older one only once the new one exists."""
+  old = f'{out_dir}.old{os.getpid()}'
+  if os.path.exists(out_dir):
+    os.replace(out_dir, old)
+  os.replace(tmp_dir, out_dir)
+  shutil.rmtree(old, ignore_errors=True)
+
+
+def prepare_split(sources: Sequence[sources_lib.Source],
+                  units: Sequence[Sequence[sources_lib.Unit]], vocab, out_dir: str, *,
+                  max_seq_length: int, seed: int, key: dict, workers: int = 0,
+                  name: str = 'train') -> dict:
+  """Prepares the units of `sources` into the split directory `out_dir`; returns its manifest."""
+  if max_seq_length < 5:
+    raise UsageError(f'max_seq_length={max_seq_length} leaves no room for text; set '
+                     '--config.max_seq_length to at least 5 (e.g. 128)')
+  flat = [(s, u, unit) for s, source_units in enumerate(units)
+          for u, unit in enumerate(source_units)]
+  tmp_dir = f'{out_dir}.incomplete{os.getpid()}'
+  shutil.rmtree(tmp_dir, ignore_errors=True)
+  os.makedirs(tmp_dir)
+  ids_dtype = store.ids_dtype_for(vocab.size)
+  vocab_sha256 = vocab_lib.vocab_fingerprint(vocab)
+  tasks = [_Task(unit, s, u, os.path.join(tmp_dir, store.shard_name(i, len(flat))), i,
+                 vocab.model_path, vocab_sha256, max_seq_length, seed, ids_dtype)
+           for i, (s, u, unit) in enumerate(flat)]
+  workers = min(workers or os.cpu_count() or 1, len(tasks))
+  start = time.perf_counter()
+  results = [None] * len(tasks)
+  try:
+    with tqdm.tqdm(total=len(tasks), desc=f'preparing {name}', unit='unit', file=sys.stderr,
+                   disable=None, dynamic_ncols=True) as bar:
+      for index, result in _run(tasks, workers):
+        results[index] = result
+        bar.update()
+        tokens = sum(r['counts']['tokens'] for r in results if r)
+        bar.set_postfix(tokens=f'{tokens:,}', refresh=False)
+    counts = _summary(results, max_seq_length)
+    if counts['examples'] == 0:
+      raise UsageError(f'corpus {sources_lib.describe(sources)} holds no text (only blank lines '
+                       f'or empty records); check the {sources[0].setting} setting')
+    seconds = time.perf_counter() - start
+    counts['seconds'] = round(seconds, 3)
+    source_examples = np.bincount([r['entry']['source'] for r in results],
+                                  [r['entry']['examples'] for r in results], len(sources))
+    manifest = {
+        'format': store.FORMAT, 'key': key, 'vocab_sha256': vocab_sha256,
+        'vocab_size': vocab.size, 'max_seq_length': max_seq_length, 'seed': seed,
+        'ids_dtype': ids_dtype, 'counts': counts,
+        'sources': [{'spec': s.spec, 'weight': s.weight, 'examples': int(n)}
+                    for s, n in zip(sources, source_examples)],
+        'shards': [r['entry'] for r in results]}
+    store.write_manifest(tmp_dir, manifest)
+    _commit(tmp_dir, out_dir)
+  finally:
+    shutil.rmtree(tmp_dir, ignore_errors=True)
+  logging.info('%s: %d documents, %d tokens -> %d examples of %d tokens (%d tokens kept, %.1f%% '
+               'padding) in %d shards, %.1fs (%.0f tokens/s) from %s', name, counts['documents'],
+               counts['tokens'], counts['examples'], max_seq_length, counts['tokens_in_examples'],
+               100 * counts['padding_fraction'], len(tasks), seconds,
+               counts['tokens'] / max(seconds, 1e-9), sources_lib.describe(sources))
+  return manifest
+
+
+def resolve(sources: Sequence[sources_lib.Source], *, tfds_data_dir: str = '',
+            text_field: str = 'text',
+            unit_bytes: int = sources_lib.UNIT_BYTES) -> list[list[sources_lib.Unit]]:
+  """The units of every source."""
+  return [sources_lib.source_units(s, tfds_data_dir=tfds_data_dir, text_field=text_field,
+                                   unit_bytes=unit_bytes) for s in sources]
+
+
+def train_vocab(sources: Sequence[sources_lib.Source], vocab_size: int, out_prefix: str, *,
+                tfds_data_dir: str = '', text_field: str = 'text', max_sentences: int = 1_000_000,
+                seed: int = 0) -> vocab_lib.Vocab:
+  """Trains a sentencepiece vocabulary on a bounded random sample of the sources' lines."""
+  vocab_lib.check_sample_size(max_sentences)
+  units = resolve(sources, tfds_data_dir=tfds_data_dir, text_field=text_field)
+  sample = sources_lib.sample_lines([u for source_units in units for u in source_units],
+                                    max_sentences, seed)
+  return vocab_lib.train_vocab_on_sentences(sample, vocab_size, out_prefix,
+                                            sources_lib.describe(sources))
+
+
+def preparation_key(sources, units, vocab, max_seq_length: int, seed: int,
+                    text_field: str) -> dict:
+  """Everything the prepared examples depend on: equal keys mean equal examples."""
+  return {'format': store.FORMAT, 'vocab_sha256': vocab_lib.vocab_fingerprint(vocab),
+          'max_seq_length': max_seq_length, 'seed': seed, 'text_field': text_field,
+          'units': [len(u) for u in units],
+          'sources': [sources_lib.identity(s, u) for s, u in zip(sources, units)]}
+
+
+def _without_mtimes(key: dict) -> dict:
+  """The key minus file modification times, which differ between hosts' copies of a corpus."""
+  return json.loads(json.dumps(key), object_hook=lambda d: {k: v for k, v in d.items()
+                                                            if k != 'mtime_ns'})
+
+
+def ensure_prepared(sources: Sequence[sources_lib.Source], vocab, out_dir: str, *,
+                    max_seq_length: int, seed: int, tfds_data_dir: str = '',
+                    text_field: str = 'text', workers: int = 0,
+                    unit_bytes: int = sources_lib.UNIT_BYTES, check_mtimes: bool = True,
+                    name: str = 'train') -> store.ExampleStore:
+  """The prepared split in `out_dir`, (re)made when absent, damaged or made from other inputs.
+
+  This is the cache `main` keeps in <workdir>/data: it can always be remade from the sources.
+  `check_mtimes=False` accepts a split made from files of the same paths and sizes but other
+  modification times: what another host (process 0) prepared from its own copy of the corpus.
+  """
+  units = resolve(sources, tfds_data_dir=tfds_data_dir, text_field=text_field,
+                  unit_bytes=unit_bytes)
+  key = preparation_key(sources, units, vocab, max_seq_length, seed, text_field)
+  remedy = f'delete {out_dir} and run again to prepare it anew'
+  if os.path.exists(os.path.join(out_dir, store.MANIFEST)):
+    try:
+      existing = store.read_manifest(out_dir)['key']
+      if existing == key or not check_mtimes and _without_mtimes(existing) == _without_mtimes(key):
+        examples = store.open_store(out_dir, remedy=remedy)
+        logging.info('%s: %d prepared examples in %s', name, len(examples), out_dir)
+        return examples
+      logging.info('%s: the sources or settings changed since %s was prepared; preparing again',
+                   name, out_dir)
+    except (UsageError, KeyError) as e:
+      logging.warning('%s: %s is unusable (%s); preparing it again', name, out_dir, e)
+  prepare_split(sources, units, vocab, out_dir, max_seq_length=max_seq_length, seed=seed,
+                key=key, workers=workers, name=name)
+  return store.open_store(out_dir, remedy=remedy)

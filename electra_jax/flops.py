@@ -1,0 +1,85 @@
+"""What one training step costs in FLOPs, and what a device can do per second.
+
+Model FLOPs are counted analytically from the config, so they are the same number for every
+implementation of the step, ours or a peer's: they measure the work the algorithm needs, not the
+work a given implementation happens to do (a peer that projects every position onto the
+vocabulary does more, and gets no credit for it).
+
+Counted: the matrix multiplications, at 2 FLOPs per multiply-add, of
+
+  per network (generator of width Hg, discriminator of width H; W is either width):
+    embeddings_project   2·T·E·W                  only when E != W
+    each layer           2·T·(4·W² + 2·W·F)       Q, K, V and output projections; the FFN (F wide)
+                         + 2·2·T·L·W              attention scores QKᵀ and context P·V
+  generator head         2·P·Hg·E                 dense to E at the selected positions
+  vocabulary projection  2·P·E·V                  onto the tied word embeddings, same positions
+  discriminator head     2·T·H² + 2·T·H           dense H -> H, then H -> 1 at every token
+
+with T = B·L tokens and P = B·N selected positions (N slots per sequence, all of them computed,
+used or not). Training costs 3x the forward pass: the backward pass computes a gradient for
+both operands of every product, at twice the forward cost. Not counted: embedding lookups,
+LayerNorm, GELU, softmax, biases, the loss, sampling and the optimizer, all linear in the
+parameter or token count and small next to the matmuls.
+"""
+
+import ml_collections
+
+from electra_jax.model import generator_width
+from electra_jax.objective import num_slots
+
+# Dense bfloat16 tensor-core peaks (FLOP/s) by device kind, from the vendors' data sheets; the
+# first key contained in a device's `device_kind` wins, so the more specific keys come first.
+PEAK_BF16_FLOPS = (
+    ('H100 PCIe', 756e12),
+    ('H100', 989e12),   # SXM
+    ('H200', 989e12),
+    ('A100', 312e12),
+    ('TPU v4', 275e12),
+    ('TPU v5 lite', 197e12),  # v5e
+    ('TPU v5p', 459e12),
+    ('TPU v5', 459e12),
+    ('TPU v6 lite', 918e12),  # v6e (Trillium)
+)
+
+
+def table_peak_flops(device_kind: str) -> float | None:
+  """A device's dense bfloat16 peak from PEAK_BF16_FLOPS, or None if it is not listed."""
+  for key, peak in PEAK_BF16_FLOPS:
+    if key in device_kind:
+      return peak
+  return None
+
+
+def _encoder_forward(tokens: int, length: int, embedding: int, width: int, ffn: int,
+                     layers: int) -> dict[str, int]:
+  project = 2 * tokens * embedding * width if embedding != width else 0
+  return {
+      'projections': project + layers * 2 * tokens * (4 * width * width + 2 * width * ffn),
+      'attention': layers * 2 * 2 * tokens * length * width,
+  }
+
+
+def forward_flops(config: ml_collections.ConfigDict) -> dict[str, int]:
+  """Forward-pass matmul FLOPs of one step on the whole batch, by part (see the module doc)."""
+  m = config.model
+  batch, length = config.batch_size, config.max_seq_length
+  tokens, positions = batch * length, batch * num_slots(length, config.mask_prob)
+  gen_width = generator_width(m)
+  generator = _encoder_forward(tokens, length, m.embedding_size, gen_width, 4 * gen_width,
+                               m.num_layers)
+  discriminator = _encoder_forward(tokens, length, m.embedding_size, m.hidden_size,
+                                   m.intermediate_size, m.num_layers)
+  return {
+      'generator': generator['projections'],
+      'generator_attention': generator['attention'],
+      'generator_head': 2 * positions * gen_width * m.embedding_size,
+      'vocabulary_projection': 2 * positions * m.embedding_size * m.vocab_size,
+      'discriminator': discriminator['projections'],
+      'discriminator_attention': discriminator['attention'],
+      'discriminator_head': 2 * tokens * m.hidden_size * (m.hidden_size + 1),
+  }
+
+
+def train_step_flops(config: ml_collections.ConfigDict) -> int:
+  """Model FLOPs of one training step: forward, backward and nothing else."""
+  return 3 * sum(forward_flops(config).values())

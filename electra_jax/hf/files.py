@@ -1,0 +1,123 @@
+"""One Hugging Face model directory on disk: config.json plus the weights.
+
+Weights are read from `model.safetensors` (or the shards a `model.safetensors.index.json`
+lists). A directory with only pickled PyTorch weights (`pytorch_model.bin`) is refused unless
+the caller allows pickle: unpickling a file can run arbitrary code. Even then it is loaded with
+torch's restricted `weights_only` unpickler, and torch is needed for it (it is not a runtime
+dependency of electra_jax).
+"""
+
+import json
+import os
+from typing import Any, NamedTuple
+
+import numpy as np
+import safetensors.numpy
+
+from electra_jax.errors import UsageError
+from electra_jax.hf import model_config
+
+WEIGHTS = 'model.safetensors'
+WEIGHTS_INDEX = 'model.safetensors.index.json'
+PICKLED_WEIGHTS = 'pytorch_model.bin'
+
+
+class ModelDir(NamedTuple):
+  path: str
+  kind: str                      # 'discriminator' or 'generator'
+  config: dict[str, Any]         # the parsed config.json
+  tensors: dict[str, np.ndarray]
+
+
+def write_model_dir(path: str, config: dict[str, Any], tensors: dict[str, np.ndarray]):
+  """Writes config.json and model.safetensors (metadata format "pt", as transformers expects)."""
+  os.makedirs(path, exist_ok=True)
+  with open(os.path.join(path, 'config.json'), 'w') as f:
+    json.dump(config, f, indent=2, sort_keys=True)
+    f.write('\n')
+  safetensors.numpy.save_file(tensors, os.path.join(path, WEIGHTS), metadata={'format': 'pt'})
+
+
+def read_config(path: str) -> dict[str, Any]:
+  config_path = os.path.join(path, 'config.json')
+  if not os.path.isdir(path):
+    raise UsageError(f"'{path}' is not a directory; point at a Hugging Face model directory "
+                     '(config.json + model.safetensors)')
+  if not os.path.isfile(config_path):
+    raise UsageError(f"'{path}' has no config.json, so it is not a Hugging Face model "
+                     'directory; point at one, e.g. a local copy of '
+                     'google/electra-small-discriminator')
+  try:
+    with open(config_path) as f:
+      config = json.load(f)
+  except (OSError, ValueError) as e:
+    raise UsageError(f"cannot read '{config_path}' ({e}); it must be a JSON object") from None
+  if not isinstance(config, dict):
+    raise UsageError(f"'{config_path}' is not a JSON object")
+  return config
+
+
+def _read_safetensors(files: list[str]) -> dict[str, np.ndarray]:
+  tensors = {}
+  for file in files:
+    try:
+      tensors.update(safetensors.numpy.load_file(file))
+    except (OSError, ValueError, RuntimeError) as e:
+      raise UsageError(f"cannot read '{file}' as safetensors ({e})") from None
+  return tensors
+
+
+def _read_pickled(file: str) -> dict[str, np.ndarray]:
+  try:
+    import torch  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    raise UsageError(f"reading '{file}' needs PyTorch, which electra_jax does not install; "
+                     'pip install torch, or convert the weights to model.safetensors') from None
+  try:
+    state = torch.load(file, map_location='cpu', weights_only=True)
+  except Exception as e:  # pylint: disable=broad-except  (torch raises many kinds)
+    raise UsageError(f"cannot load '{file}' with torch.load(weights_only=True) ({e})") from None
+  return {name: value.float().numpy() for name, value in state.items()}
+
+
+def read_tensors(path: str, allow_pickle: bool = False) -> dict[str, np.ndarray]:
+  """All weight tensors of the model directory `path`, as numpy arrays."""
+  index_path = os.path.join(path, WEIGHTS_INDEX)
+  if os.path.isfile(os.path.join(path, WEIGHTS)):
+    return _read_safetensors([os.path.join(path, WEIGHTS)])
+  if os.path.isfile(index_path):
+    with open(index_path) as f:
+      shards = sorted(set(json.load(f)['weight_map'].values()))
+    return _read_safetensors([os.path.join(path, shard) for shard in shards])
+  pickled = os.path.join(path, PICKLED_WEIGHTS)
+  if os.path.isfile(pickled):
+    if not allow_pickle:
+      raise UsageError(f"'{path}' holds only pickled weights ({PICKLED_WEIGHTS}); unpickling "
+                       'can run code hidden in the file, so it is refused. Pass --allow_pickle '
+                       'if you trust its source, or convert it to model.safetensors')
+    return _read_pickled(pickled)
+  raise UsageError(f"'{path}' has a config.json but no weights ({WEIGHTS}); "
+                   'download the model files too')
+
+
+def _kind(config: dict[str, Any], tensors: dict[str, np.ndarray], path: str) -> str:
+  """Discriminator or generator: from config.json's architectures, else from the tensors."""
+  architectures = config.get('architectures') or []
+  kinds = [kind for kind, name in model_config.ARCHITECTURES.items() if name in architectures]
+  if not kinds:
+    prefixes = {'discriminator': 'discriminator_predictions.',
+                'generator': 'generator_predictions.'}
+    kinds = [k for k, p in prefixes.items() if any(n.startswith(p) for n in tensors)]
+  if len(kinds) != 1:
+    raise UsageError(f"'{path}' is not an ElectraForPreTraining (discriminator) or "
+                     f'ElectraForMaskedLM (generator) checkpoint (architectures: '
+                     f'{architectures or "none"}); export those two, not a fine-tuned model')
+  return kinds[0]
+
+
+def read_model_dir(path: str, allow_pickle: bool = False) -> ModelDir:
+  """Reads and checks one ELECTRA model directory (config and weights, not the vocabulary)."""
+  config = read_config(path)
+  model_config.check_supported(config, os.path.join(path, 'config.json'))
+  tensors = read_tensors(path, allow_pickle)
+  return ModelDir(path, _kind(config, tensors, path), config, tensors)

@@ -1,0 +1,190 @@
+"""Hugging Face ELECTRA directories -> a new run workdir that the trainer continues from step 0.
+
+The workdir gets what a run started by `electra_jax.main` has after its first save:
+config.json (the model section from the checkpoint's config), the vocabulary (vocab.model or a
+WordPiece vocab.txt) and an Orbax checkpoint of step 0 holding the imported parameters and a
+fresh optimizer state. The state is built with the trainer's own functions, so it has exactly
+the structure the trainer restores.
+
+A network that is not given is initialised afresh (as at the start of pretraining); the shared
+embedding block then comes from the network that is given. Given both, it comes from the
+discriminator, the network that is fine-tuned; Google's released pairs hold identical copies.
+"""
+
+import json
+import os
+import shutil
+from typing import Any
+
+from absl import logging
+import jax
+import ml_collections
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from electra_jax import checkpoint, config as config_lib, input_pipeline, optim, train
+from electra_jax.data import vocab as vocab_lib
+from electra_jax.data import wordpiece
+from electra_jax.errors import UsageError
+from electra_jax.hf import files, model_config, params as params_lib
+from electra_jax.model import init_params
+
+VOCAB_FILES = ('vocab.model', 'vocab.txt')  # what our export writes; Google's have vocab.txt
+
+
+def find_model_dirs(hf_dir: str, generator_dir: str | None = None,
+                    allow_pickle: bool = False) -> dict[str, files.ModelDir]:
+  """The model directories by kind: `hf_dir` is one, or holds discriminator/ and generator/."""
+  if os.path.isdir(hf_dir) and not os.path.exists(os.path.join(hf_dir, 'config.json')):
+    nested = [os.path.join(hf_dir, kind) for kind in params_lib.KINDS]
+    paths = [p for p in nested if os.path.isfile(os.path.join(p, 'config.json'))]
+  else:
+    paths = [hf_dir]
+  if not paths:
+    files.read_config(hf_dir)  # raises: no config.json here
+  found = {}
+  for path in paths:
+    model_dir = files.read_model_dir(path, allow_pickle)
+    if model_dir.kind in found:
+      raise UsageError(f"both '{found[model_dir.kind].path}' and '{path}' hold an ELECTRA "
+                       f'{model_dir.kind}; pass one of each')
+    found[model_dir.kind] = model_dir
+  if generator_dir:
+    model_dir = files.read_model_dir(generator_dir, allow_pickle)
+    if model_dir.kind != 'generator':
+      raise UsageError(f"--generator_dir '{generator_dir}' holds a discriminator "
+                       '(ElectraForPreTraining); pass it as --hf_dir')
+    if 'generator' in found:
+      raise UsageError(f"'{hf_dir}' already holds a generator; drop --generator_dir or point "
+                       '--hf_dir at the discriminator alone')
+    found['generator'] = model_dir
+  return found
+
+
+def find_vocab(model_dirs: dict[str, files.ModelDir], vocab_path: str | None) -> str:
+  if vocab_path:
+    return vocab_path
+  for model_dir in model_dirs.values():
+    for name in VOCAB_FILES:
+      if os.path.isfile(os.path.join(model_dir.path, name)):
+        return os.path.join(model_dir.path, name)
+  where = ' or '.join(f"'{d.path}'" for d in model_dirs.values())
+  raise UsageError(f'no vocabulary ({" or ".join(VOCAB_FILES)}) in {where}; pass '
+                   '--vocab=PATH with the checkpoint\'s WordPiece vocab.txt or sentencepiece '
+                   '.model')
+
+
+def _check_casing(vocab, model_dirs: dict[str, files.ModelDir]):
+  """A WordPiece vocab's inferred casing must agree with what its tokenizer config says."""
+  if not isinstance(vocab, wordpiece.WordPieceVocab):
+    return
+  for model_dir in model_dirs.values():
+    path = os.path.join(model_dir.path, 'tokenizer_config.json')
+    if os.path.isfile(path):
+      with open(path) as f:
+        lowercase = json.load(f).get('do_lower_case')
+      if lowercase is not None and bool(lowercase) != vocab.lowercase:
+        raise UsageError(
+            f"{path} sets do_lower_case={lowercase}, but the pieces of {vocab.model_path} are "
+            f"{'all lowercase' if vocab.lowercase else 'cased'}; electra_jax lowercases "
+            'exactly the vocabularies without uppercase pieces, so it cannot tokenize as this '
+            'checkpoint did')
+
+
+def load_vocab_for(vocab_path: str, model: ml_collections.ConfigDict,
+                   model_dirs: dict[str, files.ModelDir]):
+  vocab = vocab_lib.load_vocab(vocab_path)
+  if vocab.size != model.vocab_size:
+    raise UsageError(f'the vocabulary {vocab_path} has {vocab.size} pieces but the checkpoint '
+                     f'has vocab_size={model.vocab_size}; pass --vocab=PATH with the '
+                     "checkpoint's own vocabulary")
+  _check_casing(vocab, model_dirs)
+  return vocab
+
+
+def convert(model_dirs: dict[str, files.ModelDir], target: dict[str, Any]
+            ) -> dict[str, dict[str, Any]]:
+  """Each given network's weights as our subtrees, checked against `target`'s shapes."""
+  return {kind: params_lib.from_hf(d.tensors, kind, target, os.path.join(d.path, files.WEIGHTS))
+          for kind, d in model_dirs.items()}
+
+
+def merge_params(initial: dict[str, Any], imported: dict[str, dict[str, Any]]) -> dict[str, Any]:
+  """`initial` with every subtree that an imported network provides replaced by its weights."""
+  params = dict(initial)
+  for kind in reversed(params_lib.KINDS):  # generator first, so the discriminator's block wins
+    if kind in imported:
+      params.update(imported[kind])
+  if len(imported) == 2:
+    difference = max(float(np.max(np.abs(a - b))) for a, b in zip(
+        jax.tree.leaves(imported['discriminator']['embeddings']),
+        jax.tree.leaves(imported['generator']['embeddings'])))
+    if difference:
+      logging.warning('the generator and discriminator embedding blocks differ (max abs '
+                      'difference %.3g); using the discriminator\'s', difference)
+  return params
+
+
+def pinned_conflicts(model: ml_collections.ConfigDict, derived: ml_collections.ConfigDict,
+                     pinned: set[str]) -> list[str]:
+  return [f'config.model.{k}={model[k]!r} (the checkpoint has {derived[k]!r})'
+          for k in sorted(pinned) if model[k] != derived[k]]
+
+
+def import_checkpoint(config: ml_collections.ConfigDict, workdir: str, hf_dir: str,
+                      generator_dir: str | None = None, vocab_path: str | None = None,
+                      allow_pickle: bool = False, pinned: set[str] = frozenset()
+                      ) -> ml_collections.ConfigDict:
+  """Creates a run in `workdir` from HF checkpoint(s); returns the run's config.
+
+  `config` supplies everything but the model (optimizer, data, seed); its model section is
+  replaced by what the checkpoint determines. `pinned` names model fields the user set
+  explicitly: a checkpoint that disagrees with them is refused rather than silently winning.
+  """
+  if os.path.exists(os.path.join(workdir, 'config.json')) or \
+      os.path.exists(os.path.join(workdir, 'checkpoints')):
+    raise UsageError(f"'{workdir}' already holds a run; import into a new --workdir")
+  model_dirs = find_model_dirs(hf_dir, generator_dir, allow_pickle)
+  sources = {kind: os.path.join(d.path, 'config.json') for kind, d in model_dirs.items()}
+  derived = model_config.from_hf(
+      model_dirs['discriminator'].config if 'discriminator' in model_dirs else None,
+      model_dirs['generator'].config if 'generator' in model_dirs else None,
+      config.model, sources)
+  conflicts = pinned_conflicts(config.model, derived, pinned)
+  if conflicts:
+    raise UsageError(f'{"; ".join(conflicts)}: the model comes from the checkpoint, so drop '
+                     'these --config.model overrides')
+  config = ml_collections.ConfigDict(config.to_dict())
+  config.model = derived
+  if config.max_seq_length > derived.max_position_embeddings:
+    raise UsageError(f'config.max_seq_length={config.max_seq_length} exceeds the checkpoint\'s '
+                     f'max_position_embeddings={derived.max_position_embeddings}; lower it')
+  vocab_path = find_vocab(model_dirs, vocab_path)
+  load_vocab_for(vocab_path, derived, model_dirs)
+
+  model, optimizer = train.make_model(config), optim.make_optimizer(config)
+  # Every tensor is checked against the model's shapes before anything is computed or written.
+  target = jax.eval_shape(lambda: init_params(model, jax.random.PRNGKey(0), 1))
+  imported = convert(model_dirs, target)
+
+  replicated = NamedSharding(train.make_mesh(), P())
+  state = train.create_train_state(config, model, optimizer, replicated)
+  params = jax.device_put(merge_params(jax.device_get(state.params), imported), replicated)
+  opt_state = jax.jit(optimizer.init, out_shardings=replicated)(params)
+  state = state.replace(params=params, opt_state=opt_state)
+
+  os.makedirs(workdir, exist_ok=True)
+  run_vocab = input_pipeline.run_vocab_path(workdir, vocab_path)
+  shutil.copyfile(vocab_path, run_vocab)
+  manager = checkpoint.make_manager(workdir, config.keep_checkpoints)
+  checkpoint.save(manager, 0, state)
+  manager.wait_until_finished()
+  manager.close()
+  config_lib.save_config(config, workdir)
+  return config
+
+
+def model_overrides(model: ml_collections.ConfigDict,
+                    file_model: ml_collections.ConfigDict) -> list[str]:
+  """The --config.model flags that make the config file describe `model`."""
+  return [f'--config.model.{k}={v}' for k, v in model.items() if file_model[k] != v]

@@ -1,0 +1,152 @@
+"""Our `model` config section <-> the config.json of a transformers ELECTRA (ElectraConfig).
+
+The discriminator directory describes the discriminator; the generator directory describes the
+generator: its own width, max(1, width // 64) heads and a 4 x width FFN, with the same embedding
+size, depth and vocabulary. Import accepts only what our model computes identically (exact GELU,
+LayerNorm epsilon 1e-12, absolute positions, an encoder); anything else is refused by name,
+since silently changing it would change the model's outputs.
+"""
+
+import math
+from typing import Any
+
+import ml_collections
+
+from electra_jax import model as model_lib
+from electra_jax.errors import UsageError
+
+ARCHITECTURES = {'discriminator': 'ElectraForPreTraining', 'generator': 'ElectraForMaskedLM'}
+# ElectraConfig's defaults for fields a hand-written config.json may leave out.
+_DEFAULTS = {'hidden_act': 'gelu', 'layer_norm_eps': 1e-12, 'max_position_embeddings': 512,
+             'type_vocab_size': 2, 'hidden_dropout_prob': 0.1,
+             'attention_probs_dropout_prob': 0.1, 'position_embedding_type': 'absolute',
+             'is_decoder': False, 'add_cross_attention': False, 'tie_word_embeddings': True}
+_REQUIRED = ('vocab_size', 'embedding_size', 'hidden_size', 'num_hidden_layers',
+             'num_attention_heads', 'intermediate_size')
+# Fields both networks must agree on: they share the embedding block and the depth.
+_SHARED = ('vocab_size', 'embedding_size', 'num_hidden_layers', 'max_position_embeddings',
+           'type_vocab_size')
+
+
+def generator_shape(width: int) -> tuple[int, int]:
+  """Heads and FFN width of our generator at a given hidden width (see model.Electra)."""
+  return max(1, width // 64), 4 * width
+
+
+def to_hf(model_config: ml_collections.ConfigDict, kind: str) -> dict[str, Any]:
+  """The config.json of the `kind` network ('discriminator' or 'generator')."""
+  m = model_config
+  if kind == 'discriminator':
+    width, heads, ffn = m.hidden_size, m.num_heads, m.intermediate_size
+  else:
+    width = model_lib.generator_width(m)
+    heads, ffn = generator_shape(width)
+  return {
+      'architectures': [ARCHITECTURES[kind]],
+      'model_type': 'electra',
+      'vocab_size': m.vocab_size,
+      'embedding_size': m.embedding_size,
+      'hidden_size': width,
+      'num_hidden_layers': m.num_layers,
+      'num_attention_heads': heads,
+      'intermediate_size': ffn,
+      'hidden_act': 'gelu',  # exact erf GELU in transformers, as in our model
+      'hidden_dropout_prob': m.dropout_rate,
+      'attention_probs_dropout_prob': m.attention_dropout_rate,
+      'max_position_embeddings': m.max_position_embeddings,
+      'type_vocab_size': m.type_vocab_size,
+      'initializer_range': 0.02,
+      'layer_norm_eps': model_lib.LAYER_NORM_EPS,
+      'position_embedding_type': 'absolute',
+      'pad_token_id': 0,  # our attention mask is `input_ids != 0`
+      'tie_word_embeddings': True,
+      'dtype': 'float32',
+  }
+
+
+def _field(config: dict, name: str, source: str):
+  if name in config:
+    return config[name]
+  if name in _DEFAULTS:
+    return _DEFAULTS[name]
+  raise UsageError(f'{source} has no "{name}"; an ELECTRA config.json gives every size field')
+
+
+def check_supported(config: dict, source: str):
+  """Refuses a config whose network would compute something other than ours."""
+  if config.get('model_type') != 'electra':
+    raise UsageError(f'{source} describes a "{config.get("model_type")}" model, not ELECTRA '
+                     '(model_type "electra"); point at an ELECTRA checkpoint directory')
+  for name in _REQUIRED:
+    _field(config, name, source)
+  problems = []
+  if _field(config, 'hidden_act', source) != 'gelu':
+    problems.append(f'hidden_act "{config["hidden_act"]}" (ours is exact "gelu")')
+  if not math.isclose(_field(config, 'layer_norm_eps', source), model_lib.LAYER_NORM_EPS):
+    problems.append(f'layer_norm_eps {config["layer_norm_eps"]} (ours is '
+                    f'{model_lib.LAYER_NORM_EPS})')
+  if _field(config, 'position_embedding_type', source) != 'absolute':
+    problems.append(f'position_embedding_type "{config["position_embedding_type"]}" '
+                    '(ours is "absolute")')
+  if _field(config, 'is_decoder', source) or _field(config, 'add_cross_attention', source):
+    problems.append('a decoder with cross-attention (ours is an encoder)')
+  if config['hidden_size'] % config['num_attention_heads']:
+    problems.append(f'hidden_size {config["hidden_size"]} not divisible by '
+                    f'num_attention_heads {config["num_attention_heads"]}')
+  if problems:
+    raise UsageError(f'{source} has {"; ".join(problems)}: electra_jax cannot compute this '
+                     'model exactly, so it does not import it')
+
+
+def _check_generator(generator: dict, reference: dict | None, source: str):
+  width = generator['hidden_size']
+  heads, ffn = generator_shape(width)
+  for name, want in (('num_attention_heads', heads), ('intermediate_size', ffn)):
+    if generator[name] != want:
+      raise UsageError(f'{source}: the generator has {name}={generator[name]}, but electra_jax '
+                       f'builds a generator of width {width} with {name}={want} (heads = '
+                       'max(1, width // 64), FFN = 4 x width); it cannot hold these weights')
+  if not _field(generator, 'tie_word_embeddings', source):
+    raise UsageError(f'{source} sets tie_word_embeddings=false; ELECTRA\'s generator output '
+                     'matrix is the word embedding table and electra_jax cannot untie it')
+  if reference is None:
+    return
+  for name in _SHARED:
+    ours, theirs = _field(reference, name, 'the discriminator config'), _field(generator, name,
+                                                                               source)
+    if ours != theirs:
+      raise UsageError(f'{source}: the generator has {name}={theirs} but the discriminator '
+                       f'{ours}; both networks of one ELECTRA share it')
+
+
+def from_hf(discriminator: dict | None, generator: dict | None,
+            model_config: ml_collections.ConfigDict, sources: dict[str, str]
+            ) -> ml_collections.ConfigDict:
+  """`model_config` with every field the given HF configs determine replaced by theirs.
+
+  With only a discriminator, the generator keeps `model_config`'s generator_hidden_size (it
+  is initialised afresh). With only a generator, the discriminator's width, heads and FFN keep
+  `model_config`'s values. A generator width that `model_config`'s fraction already gives is
+  kept as the fraction, so the result stays equal to the config file where it can.
+  """
+  given = {k: v for k, v in (('discriminator', discriminator), ('generator', generator)) if v}
+  for kind, config in given.items():
+    check_supported(config, sources[kind])
+  if generator is not None:
+    _check_generator(generator, discriminator, sources['generator'])
+  result = ml_collections.ConfigDict(model_config.to_dict())
+  base = discriminator or generator
+  result.vocab_size = base['vocab_size']
+  result.embedding_size = base['embedding_size']
+  result.num_layers = base['num_hidden_layers']
+  result.max_position_embeddings = _field(base, 'max_position_embeddings', '')
+  result.type_vocab_size = _field(base, 'type_vocab_size', '')
+  result.dropout_rate = _field(base, 'hidden_dropout_prob', '')
+  result.attention_dropout_rate = _field(base, 'attention_probs_dropout_prob', '')
+  if discriminator is not None:
+    result.hidden_size = discriminator['hidden_size']
+    result.num_heads = discriminator['num_attention_heads']
+    result.intermediate_size = discriminator['intermediate_size']
+  if generator is not None and model_lib.generator_width(result) != generator['hidden_size']:
+    result.generator_hidden_size = generator['hidden_size']
+  return result

@@ -1,0 +1,157 @@
+"""Our parameter tree <-> Hugging Face ELECTRA tensors, named as in the PyTorch classes.
+
+One network per direction call: 'discriminator' (ElectraForPreTraining) or 'generator'
+(ElectraForMaskedLM). Each HF network carries its own copy of the shared embedding block
+(`electra.embeddings.*`); ours holds it once, at the top of the tree.
+
+Layout differences that the mapping undoes:
+  * a Flax Dense kernel is [in, out]; a torch Linear weight is [out, in] (transposed);
+  * a Flax LayerNorm has `scale`, torch `weight`; an Embed has `embedding`, torch `weight`;
+  * the generator's output matrix is the word-embedding table (tied), so only its bias,
+    our `generator_head.output_bias`, is a tensor of its own (`generator_lm_head.bias`).
+"""
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from electra_jax.errors import UsageError
+
+KINDS = ('discriminator', 'generator')
+HEADS = {'discriminator': 'discriminator_head', 'generator': 'generator_head'}
+# Non-parameter buffers that older transformers versions saved with the weights.
+IGNORED = ('electra.embeddings.position_ids', 'electra.embeddings.token_type_ids')
+TIED_OUTPUT = 'generator_lm_head.weight'
+WORD_EMBEDDINGS = 'electra.embeddings.word_embeddings.weight'
+
+
+class Pair(NamedTuple):
+  torch_name: str
+  path: tuple[str, ...]  # keys into our parameter tree
+  transposed: bool       # a Linear weight: our kernel transposed
+
+
+def _linear(torch_prefix, path):
+  return [Pair(f'{torch_prefix}.weight', (*path, 'kernel'), True),
+          Pair(f'{torch_prefix}.bias', (*path, 'bias'), False)]
+
+
+def _layer_norm(torch_prefix, path):
+  return [Pair(f'{torch_prefix}.weight', (*path, 'scale'), False),
+          Pair(f'{torch_prefix}.bias', (*path, 'bias'), False)]
+
+
+def _embedding_block():
+  pairs = [Pair(f'electra.embeddings.{name}.weight', ('embeddings', name, 'embedding'), False)
+           for name in ('word_embeddings', 'position_embeddings', 'token_type_embeddings')]
+  return pairs + _layer_norm('electra.embeddings.LayerNorm', ('embeddings', 'layer_norm'))
+
+
+def _encoder_layer(index, encoder):
+  torch_prefix, path = f'electra.encoder.layer.{index}', (encoder, f'layer_{index}')
+  pairs = []
+  for name in ('query', 'key', 'value'):
+    pairs += _linear(f'{torch_prefix}.attention.self.{name}', (*path, 'attention', name))
+  pairs += _linear(f'{torch_prefix}.attention.output.dense', (*path, 'attention_output'))
+  pairs += _layer_norm(f'{torch_prefix}.attention.output.LayerNorm',
+                       (*path, 'attention_layer_norm'))
+  pairs += _linear(f'{torch_prefix}.intermediate.dense', (*path, 'intermediate'))
+  pairs += _linear(f'{torch_prefix}.output.dense', (*path, 'output'))
+  pairs += _layer_norm(f'{torch_prefix}.output.LayerNorm', (*path, 'output_layer_norm'))
+  return pairs
+
+
+def name_pairs(kind: str, num_layers: int, has_projection: bool) -> list[Pair]:
+  """Every tensor of one HF network and where it lives in our tree."""
+  pairs = _embedding_block()
+  if has_projection:
+    pairs += _linear('electra.embeddings_project', (kind, 'embeddings_project'))
+  for i in range(num_layers):
+    pairs += _encoder_layer(i, kind)
+  head = HEADS[kind]
+  if kind == 'discriminator':
+    pairs += _linear('discriminator_predictions.dense', (head, 'dense'))
+    pairs += _linear('discriminator_predictions.dense_prediction', (head, 'prediction'))
+  else:
+    pairs += _linear('generator_predictions.dense', (head, 'dense'))
+    pairs += _layer_norm('generator_predictions.LayerNorm', (head, 'layer_norm'))
+    pairs.append(Pair('generator_lm_head.bias', (head, 'output_bias'), False))
+  return pairs
+
+
+def _structure(params: Mapping[str, Any], kind: str) -> tuple[int, bool]:
+  """Number of layers and whether the network projects E -> H, read off our tree."""
+  encoder = params[kind]
+  num_layers = sum(1 for name in encoder if name.startswith('layer_'))
+  return num_layers, 'embeddings_project' in encoder
+
+
+def _get(tree, path):
+  for key in path:
+    tree = tree[key]
+  return tree
+
+
+def to_hf(params: Mapping[str, Any], kind: str) -> dict[str, np.ndarray]:
+  """The tensors of the HF `kind` network (float32 numpy arrays, torch layout)."""
+  tensors = {}
+  for pair in name_pairs(kind, *_structure(params, kind)):
+    value = np.asarray(_get(params, pair.path), np.float32)
+    tensors[pair.torch_name] = np.ascontiguousarray(value.T if pair.transposed else value)
+  return tensors
+
+
+def _shape_text(shape) -> str:
+  return '[' + ', '.join(map(str, shape)) + ']'
+
+
+def _listing(names, limit=4) -> str:
+  names = sorted(names)
+  more = f' and {len(names) - limit} more' if len(names) > limit else ''
+  return ', '.join(names[:limit]) + more
+
+
+def from_hf(tensors: Mapping[str, np.ndarray], kind: str, target: Mapping[str, Any],
+            source: str) -> dict[str, Any]:
+  """Our subtrees (embeddings, the network, its head) from the HF `kind` network's tensors.
+
+  `target` is our full parameter tree (arrays or shape structs) for the model the HF config
+  describes; every tensor must be there with the shape it implies, and nothing else may be.
+  `source` names the file in error messages.
+  """
+  pairs = name_pairs(kind, *_structure(target, kind))
+  expected = {pair.torch_name for pair in pairs}
+  missing = expected - set(tensors)
+  if missing:
+    raise UsageError(f'{source} lacks {len(missing)} tensor(s) an ELECTRA {kind} of this config '
+                     f'has: {_listing(missing)}; the weights do not belong to its config.json')
+  unexpected = set(tensors) - expected - set(IGNORED) - {TIED_OUTPUT}
+  if unexpected:
+    raise UsageError(f'{source} holds {len(unexpected)} tensor(s) an ELECTRA {kind} does not '
+                     f'have: {_listing(unexpected)}; is it an Electra{_class_hint(kind)} '
+                     'checkpoint matching its config.json?')
+  tree = {}
+  for pair in pairs:
+    value = np.asarray(tensors[pair.torch_name])
+    want = tuple(_get(target, pair.path).shape)
+    have = value.shape[::-1] if pair.transposed else value.shape
+    if tuple(have) != want:
+      want_torch = want[::-1] if pair.transposed else want
+      raise UsageError(f'{source}: tensor {pair.torch_name} has shape {_shape_text(value.shape)} '
+                       f'but its config.json implies {_shape_text(want_torch)}; the weights do '
+                       'not belong to this config')
+    value = value.T if pair.transposed else value
+    node = tree
+    for key in pair.path[:-1]:
+      node = node.setdefault(key, {})
+    node[pair.path[-1]] = np.array(value, np.float32)
+  if TIED_OUTPUT in tensors and not np.array_equal(tensors[TIED_OUTPUT], tensors[WORD_EMBEDDINGS]):
+    raise UsageError(f'{source}: {TIED_OUTPUT} differs from {WORD_EMBEDDINGS}; ELECTRA ties the '
+                     "generator's output matrix to the word embeddings and electra_jax cannot "
+                     'represent an untied one')
+  return tree
+
+
+def _class_hint(kind: str) -> str:
+  return 'ForPreTraining' if kind == 'discriminator' else 'ForMaskedLM'

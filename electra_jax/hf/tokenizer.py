@@ -1,0 +1,172 @@
+"""Tokenizer files that make `AutoTokenizer` reproduce our ids, written without transformers.
+
+`tokenizer.json` (the `tokenizers` library's format) holds the whole pipeline, so it loads
+offline and needs no conversion code on the reader's side:
+
+  sentencepiece unigram vocab (ours)        WordPiece vocab.txt (Google's releases)
+  ----------------------------------        ---------------------------------------
+  Precompiled normalizer: the model's own   BertNormalizer: clean text, CJK spacing,
+    charsmap (nmt_nfkc), byte for byte        lowercase + strip accents if uncased
+  collapse runs of spaces, drop trailing    BertPreTokenizer: whitespace, punctuation
+    ones (sentencepiece's
+    remove_extra_whitespaces)
+  Metaspace: ' ' -> '▁', one '▁' in front   WordPiece, '##' continuations, [UNK]
+  Unigram: the pieces and their scores
+
+and for both the post-processor `[CLS] A [SEP]` / `[CLS] A [SEP] B:1 [SEP]:1` (segment ids 0
+then 1, our packing's layout) and the five specials as special added tokens.
+
+A leading space is kept rather than stripped: Metaspace does not add a second '▁' to text that
+already starts with one, and a segment that follows a [MASK] in fill-mask input (" of the") then
+keeps its word boundary, as it had in training.
+
+tokenizer_config.json names PreTrainedTokenizerFast and every special token explicitly: given
+only model_type "electra", transformers would build a WordPiece tokenizer instead.
+The vocabulary file itself (vocab.model or vocab.txt) is copied too, for re-import.
+
+One difference is inherent to transformers: it matches special-token text ("[MASK]") in the
+input and maps it to the special id, which fill-mask relies on; our encoders treat such text as
+ordinary characters.
+"""
+
+import base64
+import json
+import os
+from typing import Any
+
+from sentencepiece import sentencepiece_model_pb2
+
+from electra_jax.data import vocab as vocab_lib
+from electra_jax.data import wordpiece
+from electra_jax.errors import UsageError
+
+METASPACE = '\u2581'
+_UNIGRAM = 1  # TrainerSpec.model_type
+_PIECE_TYPES = {1: 'normal', 2: 'unknown', 3: 'control', 4: 'user-defined', 5: 'unused',
+                6: 'byte'}
+
+
+def special_ids(vocab) -> dict[str, int]:
+  return {'[PAD]': vocab.pad_id, '[UNK]': vocab.unk_id, '[CLS]': vocab.cls_id,
+          '[SEP]': vocab.sep_id, '[MASK]': vocab.mask_id}
+
+
+def _added_tokens(vocab) -> list[dict[str, Any]]:
+  return [{'id': i, 'content': token, 'single_word': False, 'lstrip': False, 'rstrip': False,
+           'normalized': False, 'special': True}
+          for token, i in sorted(special_ids(vocab).items(), key=lambda item: item[1])]
+
+
+def _post_processor(vocab) -> dict[str, Any]:
+  special = lambda token, type_id: {'SpecialToken': {'id': token, 'type_id': type_id}}
+  sequence = lambda name, type_id: {'Sequence': {'id': name, 'type_id': type_id}}
+  ids = special_ids(vocab)
+  return {
+      'type': 'TemplateProcessing',
+      'single': [special('[CLS]', 0), sequence('A', 0), special('[SEP]', 0)],
+      'pair': [special('[CLS]', 0), sequence('A', 0), special('[SEP]', 0),
+               sequence('B', 1), special('[SEP]', 1)],
+      'special_tokens': {t: {'id': t, 'ids': [ids[t]], 'tokens': [t]}
+                         for t in ('[CLS]', '[SEP]')},
+  }
+
+
+def _sentencepiece_proto(vocab: vocab_lib.Vocab) -> sentencepiece_model_pb2.ModelProto:
+  proto = sentencepiece_model_pb2.ModelProto()
+  proto.ParseFromString(vocab.processor.serialized_model_proto())
+  return proto
+
+
+def _check_convertible(proto, path: str):
+  """Refuses sentencepiece features the tokenizer.json below would not reproduce."""
+  problems = []
+  if proto.trainer_spec.model_type != _UNIGRAM:
+    problems.append('it is not a unigram model')
+  if proto.trainer_spec.byte_fallback:
+    problems.append('it uses byte fallback')
+  spec = proto.normalizer_spec
+  if not spec.escape_whitespaces or proto.trainer_spec.treat_whitespace_as_suffix:
+    problems.append('it does not mark word starts with a leading "▁"')
+  odd = sorted({_PIECE_TYPES.get(p.type, str(p.type)) for p in proto.pieces
+                if p.type not in (1, 2, 3)})
+  if odd:
+    problems.append(f'it has {"/".join(odd)} pieces')
+  if problems:
+    raise UsageError(f"cannot write a Hugging Face tokenizer for '{path}': "
+                     f'{"; ".join(problems)}. Export supports unigram vocabularies like those '
+                     'electra_jax trains (leave data.vocab_model empty)')
+
+
+def sentencepiece_tokenizer(vocab: vocab_lib.Vocab) -> dict[str, Any]:
+  """tokenizer.json contents equivalent to encoding with the sentencepiece model."""
+  proto = _sentencepiece_proto(vocab)
+  _check_convertible(proto, vocab.model_path)
+  spec = proto.normalizer_spec
+  normalizers = []
+  if spec.precompiled_charsmap:
+    normalizers.append({'type': 'Precompiled', 'precompiled_charsmap':
+                        base64.b64encode(spec.precompiled_charsmap).decode('ascii')})
+  if spec.remove_extra_whitespaces:
+    # Only ' ' counts: the charsmap has already turned other whitespace into it. \A and \z,
+    # since ^ and $ would also match around a newline.
+    edges = r' +\z' if spec.add_dummy_prefix else r'\A +| +\z'
+    normalizers += [{'type': 'Replace', 'pattern': {'Regex': ' {2,}'}, 'content': ' '},
+                    {'type': 'Replace', 'pattern': {'Regex': edges}, 'content': ''}]
+  metaspace = {'type': 'Metaspace', 'replacement': METASPACE,
+               'prepend_scheme': 'first' if spec.add_dummy_prefix else 'never',
+               # One lattice over the whole text, as sentencepiece decodes it.
+               'split': False}
+  return {
+      'version': '1.0',
+      'truncation': None,
+      'padding': None,
+      'added_tokens': _added_tokens(vocab),
+      'normalizer': {'type': 'Sequence', 'normalizers': normalizers},
+      'pre_tokenizer': metaspace,
+      'post_processor': _post_processor(vocab),
+      'decoder': metaspace,
+      'model': {'type': 'Unigram', 'unk_id': vocab.unk_id, 'byte_fallback': False,
+                'vocab': [[p.piece, p.score] for p in proto.pieces]},
+  }
+
+
+def wordpiece_tokenizer(vocab: wordpiece.WordPieceVocab) -> dict[str, Any]:
+  """tokenizer.json contents of BERT's tokenizer over the vocab.txt (the one we encode with)."""
+  config = json.loads(vocab.tokenizer.to_str())
+  config['added_tokens'] = _added_tokens(vocab)
+  config['post_processor'] = _post_processor(vocab)
+  return config
+
+
+def tokenizer_config(vocab, model_max_length: int) -> dict[str, Any]:
+  config = {
+      'tokenizer_class': 'PreTrainedTokenizerFast',
+      'pad_token': '[PAD]', 'unk_token': '[UNK]', 'cls_token': '[CLS]', 'sep_token': '[SEP]',
+      'mask_token': '[MASK]',
+      'model_input_names': ['input_ids', 'token_type_ids', 'attention_mask'],
+      'model_max_length': model_max_length,
+      'padding_side': 'right',
+      'truncation_side': 'right',
+      'clean_up_tokenization_spaces': False,
+  }
+  if isinstance(vocab, wordpiece.WordPieceVocab):
+    config['do_lower_case'] = vocab.lowercase
+  return config
+
+
+def write_tokenizer(vocab, out_dir: str, model_max_length: int):
+  """Writes tokenizer.json, tokenizer_config.json and the vocabulary file into `out_dir`."""
+  if isinstance(vocab, wordpiece.WordPieceVocab):
+    tokenizer = wordpiece_tokenizer(vocab)
+    vocab_name, vocab_bytes = 'vocab.txt', ''.join(p + '\n' for p in vocab.pieces).encode()
+  else:
+    tokenizer = sentencepiece_tokenizer(vocab)
+    vocab_name, vocab_bytes = 'vocab.model', vocab.processor.serialized_model_proto()
+  os.makedirs(out_dir, exist_ok=True)
+  with open(os.path.join(out_dir, 'tokenizer.json'), 'w', encoding='utf-8') as f:
+    json.dump(tokenizer, f, ensure_ascii=False, indent=2)
+  with open(os.path.join(out_dir, 'tokenizer_config.json'), 'w') as f:
+    json.dump(tokenizer_config(vocab, model_max_length), f, indent=2)
+    f.write('\n')
+  with open(os.path.join(out_dir, vocab_name), 'wb') as f:
+    f.write(vocab_bytes)

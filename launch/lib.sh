@@ -1,0 +1,103 @@
+# shellcheck shell=bash
+# Functions shared by launch/tpu_vm.sh and launch/tpu_pod.sh. Sourced, not run.
+#
+# Every command that touches Google Cloud goes through `run`, which only prints it when
+# DRY_RUN=1. Dry-run output is therefore a shell script: the exact commands, with a `#` line
+# before each step saying what it does.
+#
+# Written for bash 3.2 as well (the bash of macOS): no associative arrays, no mapfile.
+
+# Says what the next step does: a `# ...` line in dry-run output, a `==> ...` line otherwise.
+step() {
+  if [[ "${DRY_RUN}" == 1 ]]; then
+    printf '\n# %s\n' "$*"
+  else
+    printf '\n==> %s\n' "$*" >&2
+  fi
+}
+
+die() {
+  printf 'error: %s\n' "$*" >&2
+  exit 1
+}
+
+# Wraps one argument in single quotes for a shell: a'b becomes 'a'\''b'.
+single_quote() {
+  local escaped=${1//\'/\'\\\'\'}
+  printf "'%s'" "${escaped}"
+}
+
+# Quotes one argument for a shell only where needed, so that printed commands stay readable:
+# a plain word is left alone, and `--flag=value with spaces` becomes `--flag='value with spaces'`.
+quote_arg() {
+  local arg="$1"
+  if [[ "${arg}" =~ ^[A-Za-z0-9_./:=@%+,-]+$ ]]; then
+    printf '%s' "${arg}"
+  elif [[ "${arg}" =~ ^(--[A-Za-z0-9_.-]+=)(.*)$ ]]; then
+    printf '%s%s' "${BASH_REMATCH[1]}" "$(single_quote "${BASH_REMATCH[2]}")"
+  else
+    single_quote "${arg}"
+  fi
+}
+
+# Prints a command, quoted so that it can be pasted into a shell.
+print_command() {
+  local line="" arg
+  for arg in "$@"; do
+    line+=" $(quote_arg "${arg}")"
+  done
+  printf '%s\n' "${line# }"
+}
+
+# Runs a command, after printing it; when DRY_RUN=1 it is only printed.
+run() {
+  print_command "$@"
+  if [[ "${DRY_RUN}" != 1 ]]; then
+    "$@"
+  fi
+}
+
+# Joins arguments into one command line for the shell of a TPU VM (the --command of
+# `gcloud compute tpus tpu-vm ssh`). Arguments that need quoting are double-quoted there, so the
+# line still reads well inside the single quotes that print_command puts around it. An argument
+# holding a character that is special inside double quotes is single-quoted instead.
+remote_command() {
+  local line="" arg
+  for arg in "$@"; do
+    if [[ "${arg}" =~ ^[A-Za-z0-9_./:=@%+,-]+$ ]]; then
+      line+=" ${arg}"
+    elif [[ "${arg}" == *[\"\$\`\\!]* ]]; then
+      line+=" $(single_quote "${arg}")"
+    elif [[ "${arg}" =~ ^(--[A-Za-z0-9_.-]+=)(.*)$ ]]; then
+      line+=" ${BASH_REMATCH[1]}\"${BASH_REMATCH[2]}\""
+    else
+      line+=" \"${arg}\""
+    fi
+  done
+  printf '%s' "${line# }"
+}
+
+# Refuses to touch Google Cloud while the setting named $1 still holds the placeholder $2 (or a
+# value built from it). A dry run may keep placeholders: it only prints.
+require_setting() {
+  local name="$1" placeholder="$2"
+  if [[ "${DRY_RUN}" != 1 && "${!name}" == *"${placeholder}"* ]]; then
+    die "set ${name} (it is still '${placeholder}'): edit the top of $0, or run ${name}=... $0 ..."
+  fi
+}
+
+# Packs this checkout's source tree as git sees it (tracked files, and untracked files that are
+# not ignored, so runs/, .venv/ and .git/ stay behind) into the tarball $1.
+pack_source() {
+  local tarball="$1" repo_root
+  repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+  step "Pack the source tree of ${repo_root} into ${tarball}"
+  if [[ "${DRY_RUN}" == 1 ]]; then
+    printf '%s \\\n  | %s\n' \
+      "$(print_command git -C "${repo_root}" ls-files -z --cached --others --exclude-standard)" \
+      "$(print_command tar -czf "${tarball}" -C "${repo_root}" --null -T -)"
+  else
+    git -C "${repo_root}" ls-files -z --cached --others --exclude-standard \
+      | tar -czf "${tarball}" -C "${repo_root}" --null -T -
+  fi
+}

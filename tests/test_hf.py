@@ -1,0 +1,439 @@
+"""Hugging Face export and import, judged by transformers itself (PyTorch, CPU, float32).
+
+One tiny model is really pretrained once for the module (`python -m electra_jax.main` on
+WikiText-2 valid) and exported with `python -m electra_jax.export`; the other cases use
+random parameters, jittered so that every bias and LayerNorm differs from its initial value
+and a swapped or dropped tensor cannot go unnoticed.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+os.environ.setdefault('HF_HUB_OFFLINE', '1')  # everything below must work without a network
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import safetensors.numpy
+import torch
+import transformers
+
+from conftest import REPO, WIKITEXT
+from electra_jax import config as config_lib
+from electra_jax.data import packing, vocab as vocab_lib
+from electra_jax.errors import UsageError
+from electra_jax.hf import exporting, files, importing
+from electra_jax.model import Electra, init_params
+from test_tokenizer_export import google_vocab
+
+TOLERANCE = 1e-4
+TRAIN_STEPS = 60
+TRAINED_MODEL = {'vocab_size': 1000, 'embedding_size': 64, 'hidden_size': 128, 'num_layers': 2,
+                 'num_heads': 2, 'intermediate_size': 512, 'generator_hidden_size': 0.5}
+
+
+def tiny_model(**changes):
+  model = config_lib.default_config().model
+  model.update(vocab_size=1000, embedding_size=32, hidden_size=64, num_layers=2, num_heads=2,
+               intermediate_size=128, generator_hidden_size=0.5, max_position_embeddings=128)
+  model.update(**changes)
+  return model
+
+
+def jittered(tree, seed):
+  leaves, treedef = jax.tree.flatten(tree)
+  rng = np.random.default_rng(seed)
+  return jax.tree.unflatten(treedef, [np.asarray(x) + rng.normal(0, 0.05, np.shape(x))
+                                      .astype(np.float32) for x in leaves])
+
+
+def random_params(model, seed=0):
+  return jittered(jax.device_get(init_params(Electra(model), jax.random.PRNGKey(seed), 8)), seed)
+
+
+def pair_batch(vocab_size, length=24, cls=2, sep=3, seed=0):
+  """Rows of different lengths: A/B pairs, one single segment; zero padding after each."""
+  rng = np.random.default_rng(seed)
+  shapes = [(10, 11), (6, 5), (8, 0), (3, 4)]  # (len A, len B); the first row is full
+  input_ids = np.zeros((len(shapes), length), np.int32)
+  segment_ids = np.zeros_like(input_ids)
+  for row, (a, b) in enumerate(shapes):
+    pieces = lambda n: list(rng.integers(5, vocab_size, n))
+    pair = packing.SegmentPair(pieces(a), pieces(b), length, b == 0)
+    packing.fill_example(pair, input_ids[row], segment_ids[row], cls, sep)
+  return input_ids, segment_ids
+
+
+def our_logits(params, model, input_ids, segment_ids):
+  """Discriminator logits [B, L] and generator logits at every position [B, L, V]."""
+  @jax.jit
+  def logits(params, input_ids, segment_ids):
+    electra = Electra(model)
+    positions = jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape)
+    return (electra.apply({'params': params}, input_ids, segment_ids,
+                          method=Electra.discriminate),
+            electra.apply({'params': params}, input_ids, segment_ids, positions,
+                          method=Electra.generate))
+  return jax.device_get(logits(params, input_ids, segment_ids))
+
+
+def torch_logits(net, input_ids, segment_ids):
+  with torch.no_grad():
+    return net.eval()(input_ids=torch.tensor(input_ids), token_type_ids=torch.tensor(segment_ids),
+                      attention_mask=torch.tensor(input_ids != 0)).logits.numpy()
+
+
+def max_difference(ours, theirs, input_ids):
+  """Over non-padded positions only: padded ones differ by design (-10000 vs dtype minimum)."""
+  return float(np.max(np.abs(ours - theirs)[input_ids != 0]))
+
+
+def compare_with_transformers(params, model, directory, input_ids, segment_ids, label):
+  disc, gen = our_logits(params, model, input_ids, segment_ids)
+  hf_disc = torch_logits(transformers.ElectraForPreTraining.from_pretrained(
+      os.path.join(directory, 'discriminator')), input_ids, segment_ids)
+  hf_gen = torch_logits(transformers.ElectraForMaskedLM.from_pretrained(
+      os.path.join(directory, 'generator')), input_ids, segment_ids)
+  differences = (max_difference(disc, hf_disc, input_ids), max_difference(gen, hf_gen, input_ids))
+  print(f'{label}: max abs logit difference discriminator {differences[0]:.2e}, '
+        f'generator {differences[1]:.2e}')
+  assert max(differences) <= TOLERANCE, differences
+  return differences
+
+
+@pytest.fixture(scope='module')
+def vocab(tmp_path_factory, wikitext):
+  prefix = tmp_path_factory.mktemp('vocab') / 'vocab'
+  return vocab_lib.train_vocab([str(wikitext / 'wiki.valid.raw')], 1000, str(prefix))
+
+
+def cli(module, *args):
+  env = {**os.environ, 'JAX_PLATFORMS': 'cpu', 'JAX_NUM_CPU_DEVICES': '1'}
+  return subprocess.run([sys.executable, '-m', module, *map(str, args)], env=env, cwd=REPO,
+                        capture_output=True, text=True, timeout=600)
+
+
+def check_cli(module, *args):
+  result = cli(module, *args)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return result
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory, wikitext):
+  """A tiny model pretrained for TRAIN_STEPS steps, exported by the command line."""
+  workdir = tmp_path_factory.mktemp('trained')
+  model_flags = [f'--config.model.{k}={v}' for k, v in TRAINED_MODEL.items()]
+  check_cli('electra_jax.main', f'--config={REPO / "configs" / "tiny.py"}', f'--workdir={workdir}',
+            f'--config.data.train_files={wikitext / "wiki.valid.raw"}', *model_flags,
+            '--config.batch_size=16', '--config.max_seq_length=64', '--config.learning_rate=2e-3',
+            '--config.warmup_steps=20', f'--config.num_train_steps={TRAIN_STEPS}',
+            f'--config.log_every={TRAIN_STEPS}', f'--config.save_every={TRAIN_STEPS}',
+            '--config.eval_every=0')
+  out = workdir / 'export'
+  result = check_cli('electra_jax.export', f'--workdir={workdir}', f'--out={out}')
+  assert f'exported step {TRAIN_STEPS}' in result.stdout
+  return workdir, out
+
+
+# ---- export: transformers computes what we compute -------------------------------------------
+
+@pytest.mark.parametrize('label, model_changes, projected', [
+    ('E=32 H=64 G=32', {}, {'discriminator': True, 'generator': False}),
+    ('E=64 H=64 G=32', {'embedding_size': 64}, {'discriminator': False, 'generator': True}),
+])
+def test_random_export_matches_transformers(tmp_path, vocab, label, model_changes, projected):
+  model = tiny_model(**model_changes)
+  params = random_params(model)
+  exporting.export_params(params, model, vocab, str(tmp_path))
+  for kind, has_projection in projected.items():
+    names = safetensors.numpy.load_file(str(tmp_path / kind / 'model.safetensors'))
+    assert ('electra.embeddings_project.weight' in names) == has_projection, kind
+  compare_with_transformers(params, model, tmp_path, *pair_batch(model.vocab_size),
+                            f'random init, {label}')
+
+
+def test_exported_discriminator_loads_for_fine_tuning(tmp_path, vocab):
+  model = tiny_model()
+  exporting.export_params(random_params(model), model, vocab, str(tmp_path))
+  directory = tmp_path / 'discriminator'
+  pretraining = transformers.ElectraForPreTraining.from_pretrained(directory)
+  encoder = transformers.AutoModel.from_pretrained(directory)
+  classifier = transformers.AutoModelForSequenceClassification.from_pretrained(directory,
+                                                                               num_labels=3)
+  for name, value in encoder.state_dict().items():
+    torch.testing.assert_close(value, pretraining.electra.state_dict()[name], rtol=0, atol=0)
+  input_ids, segment_ids = pair_batch(model.vocab_size)
+  with torch.no_grad():
+    logits = classifier.eval()(input_ids=torch.tensor(input_ids),
+                               token_type_ids=torch.tensor(segment_ids),
+                               attention_mask=torch.tensor(input_ids != 0)).logits
+  assert logits.shape == (len(input_ids), 3)
+  config = json.loads((directory / 'config.json').read_text())
+  assert config['model_type'] == 'electra' and config['architectures'] == ['ElectraForPreTraining']
+  metadata = safetensors.safe_open(str(directory / 'model.safetensors'), 'np').metadata()
+  assert metadata == {'format': 'pt'}
+
+
+def real_pairs(vocab, length=64, count=4):
+  """Packed like pretraining data from consecutive wiki.test.raw lines: A/B pairs, padded."""
+  lines = [line for line in (WIKITEXT / 'wiki.test.raw').read_text().splitlines()
+           if len(line.split()) > 40][:2 * count]
+  input_ids = np.zeros((count, length), np.int32)
+  segment_ids = np.zeros_like(input_ids)
+  encoded = vocab.encode(lines)
+  for row, budget in enumerate((61, 40, 25, 12)):  # the first row is full, the others padded
+    first, second = encoded[2 * row][:(budget + 1) // 2], encoded[2 * row + 1][:budget // 2]
+    packing.fill_example(packing.SegmentPair(first, second, length, False), input_ids[row],
+                         segment_ids[row], vocab.cls_id, vocab.sep_id)
+  return input_ids, segment_ids
+
+
+def test_trained_export_matches_transformers(trained):
+  workdir, out = trained
+  run = exporting.load_run(str(workdir))
+  assert run.step == TRAIN_STEPS
+  input_ids, segment_ids = real_pairs(run.vocab)
+  assert (input_ids[0] != 0).all() and (input_ids[1:] == 0).any(axis=1).all()
+  compare_with_transformers(run.params, run.config.model, out, input_ids, segment_ids,
+                            f'trained {TRAIN_STEPS} steps')
+
+
+def masked_word_texts(vocab, count, seed=0):
+  """Short windows of wiki.test.raw with one whole word (a single piece) replaced by [MASK]."""
+  rng = np.random.default_rng(seed)
+  lines = [line.split() for line in (WIKITEXT / 'wiki.test.raw').read_text().splitlines()
+           if len(line.split()) >= 12 and not line.strip().startswith('=')]
+  texts, targets = [], []
+  for index in rng.permutation(len(lines)):
+    words = lines[index]
+    single_piece = [i for i, w in enumerate(words)
+                    if w.isalpha() and len(vocab.encode([w])[0]) == 1]
+    if not single_piece:
+      continue
+    i = single_piece[rng.integers(len(single_piece))]
+    # A window well inside the 64 positions the model was trained on.
+    texts.append(' '.join(words[max(0, i - 10):i] + ['[MASK]'] + words[i + 1:i + 10]))
+    targets.append(vocab.encode([words[i]])[0][0])
+    if len(texts) == count:
+      return texts, targets
+  raise AssertionError('not enough lines')
+
+
+def top5_hit_rate(directory, texts, targets):
+  fill_mask = transformers.pipeline('fill-mask', model=str(directory), top_k=5)
+  predictions = fill_mask(texts, batch_size=64)
+  assert all(len(p) == 5 and {'token', 'token_str', 'score', 'sequence'} <= set(p[0])
+             for p in predictions)
+  return np.mean([any(p['token'] == t for p in top) for top, t in zip(predictions, targets)])
+
+
+def test_fill_mask_improves_with_pretraining(trained, tmp_path):
+  workdir, out = trained
+  run = exporting.load_run(str(workdir))
+  untrained = init_params(Electra(run.config.model), jax.random.PRNGKey(run.config.seed), 8)
+  exporting.export_params(jax.device_get(untrained), run.config.model, run.vocab, str(tmp_path))
+  texts, targets = masked_word_texts(run.vocab, 200)
+  trained_rate = top5_hit_rate(out / 'generator', texts, targets)
+  untrained_rate = top5_hit_rate(tmp_path / 'generator', texts, targets)
+  print(f'fill-mask top-5 hit rate on {len(texts)} masked words of wiki.test.raw: trained '
+        f'({TRAIN_STEPS} steps) {trained_rate:.3f}, untrained {untrained_rate:.3f}')
+  assert trained_rate >= untrained_rate + 0.05 and trained_rate >= 3 * untrained_rate
+
+
+# ---- import -----------------------------------------------------------------------------------
+
+def test_export_import_export_is_identical(trained, tmp_path):
+  _, out = trained
+  workdir = tmp_path / 'imported'
+  result = check_cli('electra_jax.import_hf', f'--hf_dir={out}', f'--workdir={workdir}',
+                     f'--config={REPO / "configs" / "tiny.py"}', '--config.max_seq_length=64')
+  assert 'python -m electra_jax.main' in result.stdout
+  run = exporting.load_run(str(workdir))
+  assert run.step == 0 and run.vocab.fingerprint() == vocab_lib.load_vocab(
+      str(out / 'discriminator' / 'vocab.model')).fingerprint()
+  again = tmp_path / 'again'
+  exporting.export_params(run.params, run.config.model, run.vocab, str(again))
+  for kind in ('discriminator', 'generator'):
+    first = safetensors.numpy.load_file(str(out / kind / 'model.safetensors'))
+    second = safetensors.numpy.load_file(str(again / kind / 'model.safetensors'))
+    assert sorted(first) == sorted(second)
+    for name in first:
+      assert first[name].dtype == second[name].dtype and np.array_equal(first[name], second[name])
+    for name in ('config.json', 'tokenizer.json', 'tokenizer_config.json', 'vocab.model'):
+      assert (out / kind / name).read_bytes() == (again / kind / name).read_bytes(), name
+
+
+def transformers_pair(seed=0, num_layers=2):
+  """A randomly initialised transformers discriminator and generator sharing embeddings."""
+  torch.manual_seed(seed)
+  shared = dict(vocab_size=1000, embedding_size=32, num_hidden_layers=num_layers,
+                max_position_embeddings=128)
+  disc = transformers.ElectraForPreTraining(transformers.ElectraConfig(
+      hidden_size=64, num_attention_heads=2, intermediate_size=128, **shared))
+  gen = transformers.ElectraForMaskedLM(transformers.ElectraConfig(
+      hidden_size=32, num_attention_heads=1, intermediate_size=128, **shared))
+  with torch.no_grad():
+    for net in (disc, gen):
+      for parameter in net.parameters():
+        parameter.add_(0.05 * torch.randn_like(parameter))
+  gen.electra.embeddings.load_state_dict(disc.electra.embeddings.state_dict())
+  return disc, gen
+
+
+def import_config():
+  config = config_lib.default_config()
+  config.max_seq_length = 64
+  return config
+
+
+def test_transformers_model_imports_with_equal_logits(tmp_path, vocab):
+  """Both networks, each in its own directory, as saved by save_pretrained."""
+  disc, gen = transformers_pair()
+  disc.save_pretrained(tmp_path / 'disc')
+  gen.save_pretrained(tmp_path / 'gen')
+  shutil.copy(vocab.model_path, tmp_path / 'gen' / 'vocab.model')
+  workdir = tmp_path / 'run'
+  config = importing.import_checkpoint(import_config(), str(workdir), str(tmp_path / 'disc'),
+                                       generator_dir=str(tmp_path / 'gen'))
+  assert config.model.generator_hidden_size == 32 and config.model.embedding_size == 32
+  run = exporting.load_run(str(workdir))
+  input_ids, segment_ids = pair_batch(1000)
+  ours_disc, ours_gen = our_logits(run.params, run.config.model, input_ids, segment_ids)
+  differences = (max_difference(ours_disc, torch_logits(disc, input_ids, segment_ids), input_ids),
+                 max_difference(ours_gen, torch_logits(gen, input_ids, segment_ids), input_ids))
+  print(f'transformers random init -> import: max abs logit difference discriminator '
+        f'{differences[0]:.2e}, generator {differences[1]:.2e}')
+  assert max(differences) <= TOLERANCE
+
+
+def test_google_discriminator_with_wordpiece_imports_and_pretrains(tmp_path, wikitext):
+  """google/electra-*-discriminator's layout: config.json, weights, vocab.txt; no generator.
+
+  The generator is then initialised afresh at the config file's width, on the
+  discriminator's embeddings, and pretraining continues with WordPiece data.
+  """
+  disc, _ = transformers_pair(seed=1, num_layers=1)
+  hf_dir = tmp_path / 'electra-discriminator'
+  disc.save_pretrained(hf_dir)
+  google_vocab(hf_dir / 'vocab.txt', wikitext)
+  (hf_dir / 'tokenizer_config.json').write_text('{"do_lower_case": true}')
+  workdir = tmp_path / 'run'
+  result = check_cli('electra_jax.import_hf', f'--hf_dir={hf_dir}', f'--workdir={workdir}',
+                     f'--config={REPO / "configs" / "tiny.py"}', '--config.max_seq_length=64',
+                     '--config.model.generator_hidden_size=16')
+  model_flags = result.stdout.split('--config.data.train_files=FILES')[1].split()
+  run = exporting.load_run(str(workdir))
+  assert (run.vocab.pad_id, run.vocab.unk_id, run.vocab.cls_id, run.vocab.sep_id,
+          run.vocab.mask_id) == (0, 100, 101, 102, 103)
+  assert run.params['generator']['layer_0']['intermediate']['kernel'].shape == (16, 64)
+  assert not run.params['generator_head']['output_bias'].any()  # fresh: zeros
+  # Our WordPiece ids are those of transformers' own tokenizer for this directory.
+  lines = (wikitext / 'wiki.test.raw').read_text().splitlines()[:1200]
+  hf_tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
+  assert run.vocab.encode(lines) == hf_tokenizer(lines, add_special_tokens=False)['input_ids']
+  input_ids, segment_ids = pair_batch(1000, cls=101, sep=102)
+  ours_disc, _ = our_logits(run.params, run.config.model, input_ids, segment_ids)
+  assert max_difference(ours_disc, torch_logits(disc, input_ids, segment_ids),
+                        input_ids) <= TOLERANCE
+
+  # The trainer continues with the flags import_hf printed, on WordPiece data; it exports.
+  check_cli('electra_jax.main', f'--config={REPO / "configs" / "tiny.py"}', f'--workdir={workdir}',
+            f'--config.data.train_files={wikitext / "wiki.valid.raw"}', *model_flags,
+            '--config.batch_size=8', '--config.max_seq_length=64', '--config.num_train_steps=3',
+            '--config.log_every=3', '--config.save_every=3', '--config.eval_every=0')
+  out = tmp_path / 'export'
+  assert exporting.export_run(str(workdir), str(out)).step == 3
+  exported = transformers.AutoTokenizer.from_pretrained(out / 'discriminator')
+  pairs = exported(lines[:300], lines[300:600])
+  ours = [[101, *a, 102, *b, 102] for a, b in zip(run.vocab.encode(lines[:300]),
+                                                  run.vocab.encode(lines[300:600]))]
+  assert pairs['input_ids'] == ours
+
+
+# ---- mistakes: one clear message -------------------------------------------------------------
+
+@pytest.fixture(scope='module')
+def hf_pair_dir(tmp_path_factory, vocab):
+  directory = tmp_path_factory.mktemp('hf_pair')
+  disc, gen = transformers_pair(seed=2)
+  disc.save_pretrained(directory / 'discriminator')
+  gen.save_pretrained(directory / 'generator')
+  shutil.copy(vocab.model_path, directory / 'discriminator' / 'vocab.model')
+  return directory
+
+
+def import_error(tmp_path, hf_dir, **kwargs):
+  with pytest.raises(UsageError) as error:
+    importing.import_checkpoint(import_config(), str(tmp_path / 'run'), str(hf_dir), **kwargs)
+  assert not (tmp_path / 'run').exists()
+  return str(error.value)
+
+
+def edited_copy(hf_pair_dir, tmp_path, edit_tensors=None, edit_config=None):
+  directory = tmp_path / 'edited'
+  shutil.copytree(hf_pair_dir / 'discriminator', directory)
+  if edit_tensors:
+    tensors = safetensors.numpy.load_file(str(directory / 'model.safetensors'))
+    edit_tensors(tensors)
+    safetensors.numpy.save_file(tensors, str(directory / 'model.safetensors'),
+                                metadata={'format': 'pt'})
+  if edit_config:
+    config = json.loads((directory / 'config.json').read_text())
+    edit_config(config)
+    (directory / 'config.json').write_text(json.dumps(config))
+  return directory
+
+
+def test_not_a_checkpoint_directory(tmp_path, hf_pair_dir):
+  (tmp_path / 'empty').mkdir()
+  assert 'no config.json' in import_error(tmp_path, tmp_path / 'empty')
+  bert = edited_copy(hf_pair_dir, tmp_path, edit_config=lambda c: c.update(model_type='bert'))
+  assert '"bert" model, not ELECTRA' in import_error(tmp_path, bert)
+
+
+def test_missing_unexpected_and_misshapen_tensors(tmp_path, hf_pair_dir):
+  name = 'electra.encoder.layer.1.output.dense.weight'
+  missing = edited_copy(hf_pair_dir, tmp_path / 'a', edit_tensors=lambda t: t.pop(name))
+  assert name in import_error(tmp_path, missing) and 'lacks 1 tensor' in import_error(
+      tmp_path, missing)
+  extra = edited_copy(hf_pair_dir, tmp_path / 'b',
+                      edit_tensors=lambda t: t.update({'classifier.weight': np.zeros((2, 64))}))
+  assert 'classifier.weight' in import_error(tmp_path, extra)
+  wider = edited_copy(hf_pair_dir, tmp_path / 'c',
+                      edit_config=lambda c: c.update(intermediate_size=256))
+  message = import_error(tmp_path, wider)
+  assert 'electra.encoder.layer.0.intermediate.dense.weight' in message
+  assert '[128, 64]' in message and '[256, 64]' in message
+
+
+def test_vocabulary_of_another_size(tmp_path, hf_pair_dir, wikitext):
+  small = vocab_lib.train_vocab([str(wikitext / 'wiki.valid.raw')], 500, str(tmp_path / 'small'))
+  message = import_error(tmp_path, hf_pair_dir, vocab_path=small.model_path)
+  assert '500 pieces' in message and 'vocab_size=1000' in message
+
+
+def test_pickled_weights_need_an_explicit_flag(tmp_path, hf_pair_dir):
+  directory = edited_copy(hf_pair_dir, tmp_path)
+  tensors = safetensors.numpy.load_file(str(directory / 'model.safetensors'))
+  torch.save({k: torch.from_numpy(v) for k, v in tensors.items()}, directory / 'pytorch_model.bin')
+  (directory / 'model.safetensors').unlink()
+  assert '--allow_pickle' in import_error(tmp_path, directory)
+  unpickled = files.read_tensors(str(directory), allow_pickle=True)
+  assert sorted(unpickled) == sorted(tensors)
+  assert all(np.array_equal(unpickled[name], tensors[name]) for name in tensors)
+
+
+def test_command_line_errors_are_one_line(tmp_path):
+  for module, args in (('electra_jax.export', [f'--workdir={tmp_path}', f'--out={tmp_path}/o']),
+                       ('electra_jax.import_hf', [f'--hf_dir={tmp_path}', f'--workdir={tmp_path}/w',
+                                                  f'--config={REPO / "configs" / "tiny.py"}'])):
+    result = cli(module, *args)
+    lines = [line for line in result.stderr.splitlines()
+             if line.startswith('electra_jax: error:')]
+    assert result.returncode != 0 and len(lines) == 1, result.stderr[-2000:]
+    assert 'Traceback' not in result.stderr

@@ -1,0 +1,305 @@
+"""Preparation once, reading many times: prepared splits, their checks, mixtures, the CLI, main.
+
+The end-to-end test builds a real TFDS dataset from ../shared/data, prepares it with
+`python -m electra_jax.prepare` and trains on it with `python -m electra_jax.main`.
+"""
+
+import hashlib
+import json
+import os
+from pathlib import Path
+import subprocess
+import sys
+
+from jax.sharding import NamedSharding, PartitionSpec
+import numpy as np
+import pytest
+
+from conftest import REPO, WIKITEXT, load_config
+from electra_jax import input_pipeline, train
+from electra_jax.data import packing, pipeline, preparation, sources, store, vocab as vocab_lib
+from electra_jax.errors import UsageError
+
+WIKI_PART = WIKITEXT / 'wiki.train.PARTIAL-first-1019-lines.raw'
+
+
+def tree_digest(path):
+  digest = hashlib.sha256()
+  for file in sorted(Path(path).rglob('*')):
+    if file.is_file():
+      digest.update(str(file.relative_to(path)).encode() + file.read_bytes())
+  return digest.hexdigest()
+
+
+def source(path, weight=None):
+  return sources.Source(spec=str(path), weight=weight)
+
+
+def prepare(specs, vocab, out, unit_bytes=40_000, workers=1, length=64, seed=0):
+  units = preparation.resolve(specs, unit_bytes=unit_bytes)
+  key = preparation.preparation_key(specs, units, vocab, length, seed, 'text')
+  preparation.prepare_split(specs, units, vocab, str(out), max_seq_length=length, seed=seed,
+                            key=key, workers=workers)
+  return store.open_store(str(out)), units
+
+
+@pytest.fixture(scope='module')
+def vocab(tmp_path_factory, wikitext):
+  del wikitext
+  return vocab_lib.train_vocab([str(WIKI_PART)], 400, str(tmp_path_factory.mktemp('v') / 'v'))
+
+
+@pytest.fixture(scope='module')
+def prepared(tmp_path_factory, vocab):
+  out = tmp_path_factory.mktemp('prepared') / 'train'
+  return prepare([source(WIKI_PART)], vocab, out)
+
+
+# ----------------------------------------------------------------------------- format
+
+
+def test_shards_hold_the_packing_of_each_unit_whatever_the_workers(prepared, vocab, tmp_path):
+  examples, [units] = prepared
+  manifest = examples.manifest
+  assert len(units) == len(manifest['shards']) > 3
+  expected = []
+  for u, unit in enumerate(units):  # Each unit is packed with its own stream (seed, source, unit).
+    docs = [vocab.encode(d) for d in sources.read_unit(unit)]
+    pairs = packing.segment_pairs(docs, 64, np.random.default_rng([0, 0, u]))
+    for pair in pairs:
+      ids, segments = np.zeros(64, np.int32), np.zeros(64, np.int32)
+      packing.fill_example(pair, ids, segments, vocab.cls_id, vocab.sep_id)
+      expected.append((ids, segments))
+  rows = examples.gather(np.arange(len(examples)))
+  assert rows['input_ids'].dtype == np.int32 and rows['input_ids'].shape == (len(expected), 64)
+  np.testing.assert_array_equal(rows['input_ids'], [e[0] for e in expected])
+  np.testing.assert_array_equal(rows['segment_ids'], [e[1] for e in expected])
+  counts = manifest['counts']
+  assert counts['examples'] == len(examples) and counts['documents'] > 0
+  assert counts['tokens'] >= counts['tokens_in_examples'] > 0
+  assert counts['padding_fraction'] == pytest.approx(np.mean(rows['input_ids'] == 0), abs=1e-5)
+  assert manifest['vocab_sha256'] == vocab.fingerprint() and manifest['ids_dtype'] == '<u2'
+
+  parallel, _ = prepare([source(WIKI_PART)], vocab, tmp_path / 'parallel', workers=2)
+  assert ([s['sha256'] for s in parallel.manifest['shards']] ==
+          [s['sha256'] for s in manifest['shards']])
+
+
+def test_gather_keeps_the_order_asked_for(prepared):
+  examples, _ = prepared
+  everything = examples.gather(np.arange(len(examples)))
+  ids = np.random.default_rng(0).integers(len(examples), size=300)
+  ids[:3] = [len(examples) - 1, 0, 0]
+  rows = examples.gather(ids)
+  np.testing.assert_array_equal(rows['input_ids'], everything['input_ids'][ids])
+  np.testing.assert_array_equal(rows['segment_ids'], everything['segment_ids'][ids])
+  np.testing.assert_array_equal(examples[5]['input_ids'], everything['input_ids'][5])
+  with pytest.raises(IndexError):
+    examples.gather([len(examples)])
+
+
+def test_damage_is_reported_and_nothing_is_changed(prepared, vocab, tmp_path):
+  import shutil  # pylint: disable=g-import-not-at-top
+  examples, _ = prepared
+  split = tmp_path / 'train'
+  shutil.copytree(examples.directory, split)
+  shard = split / examples.manifest['shards'][1]['file']
+  first_of_shard = examples.manifest['shards'][0]['examples']
+
+  data = bytearray(shard.read_bytes())
+  data[-100] ^= 0x10  # A flipped bit in the last row (196 bytes) of the second shard.
+  shard.write_bytes(bytes(data))
+  before = tree_digest(split)
+  damaged = store.open_store(str(split))  # Sizes still match: caught when the row is read.
+  damaged.gather([0, first_of_shard])  # Undamaged rows read fine.
+  last = first_of_shard + examples.manifest['shards'][1]['examples'] - 1
+  with pytest.raises(UsageError, match=f'example {last} .*fails its checksum.*prepare it again'):
+    damaged.gather([3, last])
+  with pytest.raises(UsageError, match='sha256 mismatch'):
+    store.verify_store(str(split))
+  assert tree_digest(split) == before  # Reported, not repaired or removed.
+
+  shard.write_bytes(bytes(data[:-1000]))
+  with pytest.raises(UsageError, match=r'has \d+ bytes but \d+ were written \(truncated'):
+    store.open_store(str(split))
+  shard.unlink()
+  with pytest.raises(UsageError, match='is missing'):
+    store.open_store(str(split))
+  with pytest.raises(UsageError, match=r'vocabulary sha256 [0-9a-f]{12}\.\.\. but this run uses '
+                                       r'0123456789ab\.\.\.'):
+    store.open_store(str(split), vocab_sha256='0123456789ab' * 5)
+  with pytest.raises(UsageError, match='--config.max_seq_length=64'):
+    store.open_store(str(examples.directory), max_seq_length=128)
+  store.verify_store(examples.directory)  # The original is intact.
+
+
+def test_main_prepares_local_files_once_and_again_when_they_change(tmp_path, vocab, monkeypatch):
+  corpus = tmp_path / 'corpus.txt'
+  corpus.write_bytes(WIKI_PART.read_bytes())
+  out = tmp_path / 'data' / 'train'
+  ensure = lambda length: preparation.ensure_prepared([source(corpus)], vocab, str(out),
+                                                      max_seq_length=length, seed=0)
+  built = ensure(64)
+  os.utime(corpus, ns=(1, 1))  # Another host's copy: same path and size, another mtime.
+  with monkeypatch.context() as patch:
+    patch.setattr(preparation, 'prepare_split', lambda *a, **k: pytest.fail('not reused'))
+    assert len(preparation.ensure_prepared([source(corpus)], vocab, str(out), max_seq_length=64,
+                                           seed=0, check_mtimes=False)) == len(built)
+  assert len(ensure(64)) == len(built)  # Process 0 checks mtimes: prepared again, the same.
+  with monkeypatch.context() as patch:
+    patch.setattr(preparation, 'prepare_split', lambda *a, **k: pytest.fail('not reused'))
+    assert len(ensure(64)) == len(built)
+  assert ensure(32).max_seq_length == 32  # Another length: prepared again.
+  shorter = len(ensure(32))
+  with open(corpus, 'a') as f:  # So does a changed corpus.
+    f.write('\n A new paragraph about lobsters .\n')
+  assert len(ensure(32)) == shorter + 1
+  shard = next(out.glob('shard-*'))
+  shard.write_bytes(shard.read_bytes()[:-10])  # A broken cache is rebuilt, not trusted.
+  assert len(ensure(32)) == shorter + 1
+  (tmp_path / 'empty.txt').write_text('\n \n')
+  with pytest.raises(UsageError, match="corpus .*empty.txt holds no text"):
+    preparation.ensure_prepared([source(tmp_path / 'empty.txt')], vocab, str(tmp_path / 'e'),
+                                max_seq_length=64, seed=0)
+  assert not (tmp_path / 'e').exists()
+
+
+# ----------------------------------------------------------------------------- batches
+
+
+def test_mixture_batches_hold_fixed_shares_of_each_source(vocab, tmp_path, wikitext):
+  specs = [source(WIKI_PART, 0.75), source(wikitext / 'wiki.valid.raw', 0.25)]
+  examples, _ = prepare(specs, vocab, tmp_path / 'mix', unit_bytes=400_000)
+  sizes = examples.source_sizes
+  assert examples.weights == [0.75, 0.25] and sum(sizes) == len(examples)
+  assert pipeline.mixture_counts([0.75, 0.25], 32) == [24, 8]
+  assert pipeline.mixture_counts([1, 1, 1], 32) == [11, 11, 10]
+  with pytest.raises(UsageError, match='less than one example in a batch of 32'):
+    pipeline.mixture_counts([1, 0.01], 32)
+
+  steps = sizes[1] // 8 + 1  # Long enough for the smaller source to pass a whole epoch.
+  batches = [pipeline.global_batch_indices(examples, 32, 5, s) for s in range(steps)]
+  from_first = [b[b < sizes[0]] for b in batches]
+  assert all(len(b) == 24 for b in from_first)
+  second = [b[b >= sizes[0]] - sizes[0] for b in batches]
+  within_epoch = np.concatenate(second[:sizes[1] // 8])  # Source 2's first epoch: no repeats,
+  assert len(set(within_epoch)) == len(within_epoch)
+  assert set(np.concatenate(second)) == set(range(sizes[1]))  # and every example.
+  np.testing.assert_array_equal(pipeline.global_batch_indices(examples, 32, 5, 7), batches[7])
+  assert not np.array_equal(pipeline.global_batch_indices(examples, 32, 6, 7), batches[7])
+  shares = [pipeline.local_batch_indices(examples, 32, 5, 7, p, 4) for p in range(4)]
+  np.testing.assert_array_equal(np.concatenate(shares), batches[7])
+  assert all(0 < np.sum(s >= sizes[0]) < 8 for s in shares[:2])  # Rows are shuffled.
+
+
+def test_prefetched_batches_equal_the_batches_of_each_step(prepared):
+  examples, _ = prepared
+  config = load_config('tiny')
+  config.batch_size, config.num_train_steps = 8, 9
+  sharding = NamedSharding(train.make_mesh(), PartitionSpec('data'))
+  expected = [pipeline.local_batch(examples, 8, config.seed, s) for s in range(3, 9)]
+  for depth in (0, 2):
+    config.data.prefetch_batches = depth
+    got = list(input_pipeline.train_batches(examples, config, 3, sharding))
+    assert len(got) == 6
+    for batch, want in zip(got, expected):
+      assert batch['input_ids'].sharding == sharding
+      np.testing.assert_array_equal(np.asarray(batch['input_ids']), want['input_ids'])
+
+  class Failing:  # A store that breaks at the third batch: the consumer sees the error.
+    weights = None
+    def __len__(self):
+      return len(examples)
+    def gather(self, ids):
+      if Failing.calls == 2:
+        raise UsageError('disk gone')
+      Failing.calls += 1
+      return examples.gather(ids)
+  Failing.calls = 0
+  batches = input_pipeline.train_batches(Failing(), config, 0, sharding)
+  next(batches), next(batches)
+  with pytest.raises(UsageError, match='disk gone'):
+    next(batches)
+
+
+# ----------------------------------------------------------------------------- CLI and main
+
+
+def run_module(module, *args, check=True):
+  env = {**os.environ, 'JAX_PLATFORMS': 'cpu', 'JAX_NUM_CPU_DEVICES': '1'}
+  result = subprocess.run([sys.executable, '-m', module, *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+  if check and result.returncode:
+    raise AssertionError(f'{module} failed:\n{result.stderr[-3000:]}')
+  return result
+
+
+@pytest.fixture(scope='module')
+def tfds_prepared(tmp_path_factory, wikitext):
+  """A real TFDS dataset built from WikiText-2, prepared by the CLI into DATA_DIR."""
+  del wikitext
+  import tfds_wikitext  # pylint: disable=g-import-not-at-top
+  root = tmp_path_factory.mktemp('tfds_run')
+  name = tfds_wikitext.build(root / 'tfds')
+  args = [f'--config={REPO / "configs" / "tiny.py"}', f'--out={root / "prepared"}',
+          f'--config.data.sources=tfds:{name}:train',
+          f'--config.data.eval_sources=tfds:{name}:test',
+          f'--config.data.tfds_data_dir={root / "tfds"}', '--config.model.vocab_size=1000',
+          '--config.max_seq_length=64', '--config.data.vocab_sample_sentences=20000']
+  result = run_module('electra_jax.prepare', *args)
+  return root, args, result
+
+
+def test_prepare_cli_writes_once_and_refuses_to_replace(tfds_prepared):
+  root, args, result = tfds_prepared
+  lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{')]
+  assert [line['split'] for line in lines] == ['train', 'eval']
+  assert lines[0]['documents'] == 60 and lines[0]['examples'] > 1000
+  assert 0 < lines[0]['padding_fraction'] < 0.5 and lines[0]['tokens_per_s'] > 0
+  out = root / 'prepared'
+  assert (out / 'vocab.model').exists() and (out / 'eval' / 'manifest.json').exists()
+  before = tree_digest(out)
+  again = run_module('electra_jax.prepare', *args)  # Same inputs: nothing to do.
+  assert again.stdout.splitlines()[:2] == result.stdout.splitlines()[:2]
+  refused = run_module('electra_jax.prepare', *args, '--config.seed=1', check=False)
+  assert refused.returncode and 'prepared from other inputs' in refused.stderr
+  assert '--overwrite' in refused.stderr.strip().splitlines()[-1]
+  assert tree_digest(out) == before
+  verified = run_module('electra_jax.prepare', f'--verify={out}')
+  assert '"split": "train"' in verified.stdout
+
+
+def test_run_on_prepared_data_takes_its_vocabulary_and_refuses_another(tfds_prepared, tmp_path):
+  root, _, _ = tfds_prepared
+  config = load_config('tiny')
+  config.max_seq_length, config.model.vocab_size = 64, 1000
+  config.data.prepared_dir = str(root / 'prepared')
+  (tmp_path / 'run').mkdir()
+  (tmp_path / 'other_run').mkdir()
+  vocab = input_pipeline.setup_vocab(config, str(tmp_path / 'run'))
+  prepared_vocab = vocab_lib.load_vocab(str(root / 'prepared' / 'vocab.model'))
+  assert vocab.fingerprint() == prepared_vocab.fingerprint()
+  for split in ('train', 'eval'):
+    examples = input_pipeline.load_examples(config, str(tmp_path / 'run'), vocab, split)
+    assert len(examples) > 1000 and examples.directory == str(root / 'prepared' / split)
+
+  config.model.vocab_size = 300
+  config.data.vocab_model = vocab_lib.train_vocab([str(WIKI_PART)], 300,
+                                                  str(tmp_path / 'other')).model_path
+  other = input_pipeline.setup_vocab(config, str(tmp_path / 'other_run'))
+  with pytest.raises(UsageError, match='was prepared with vocabulary sha256'):
+    input_pipeline.load_examples(config, str(tmp_path / 'other_run'), other, 'train')
+
+
+def test_tfds_corpus_trains_end_to_end_through_main(tfds_prepared, tmp_path):
+  root, _, _ = tfds_prepared
+  workdir = tmp_path / 'run'
+  run_module('electra_jax.main', f'--config={REPO / "configs" / "tiny.py"}',
+             f'--workdir={workdir}', f'--config.data.prepared_dir={root / "prepared"}',
+             '--config.model.vocab_size=1000', '--config.max_seq_length=64',
+             '--config.batch_size=16', '--config.num_train_steps=4', '--config.log_every=2',
+             '--config.eval_every=0', '--config.save_every=4')
+  logged = [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
+  assert [m['step'] for m in logged] == [2, 4] and all(np.isfinite(m['loss']) for m in logged)
+  assert (workdir / 'checkpoints' / '4').is_dir()
+  assert (workdir / 'vocab.model').read_bytes() == (root / 'prepared' / 'vocab.model').read_bytes()
