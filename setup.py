@@ -19,10 +19,13 @@ setup(
     python_requires='>=3.11',
     install_requires=REQUIREMENTS,
     extras_require={
-        # Test-only: the suite, and scipy for float64 references of erf and friends; torch
-        # (CPU) and transformers check the Hugging Face export and import; nbconvert and
-        # ipykernel execute launch/colab.ipynb.
-        'test': ['pytest>=8', 'scipy>=1.11', 'torch==2.13.0', 'transformers', 'nbconvert>=7',
-                 'ipykernel>=6'],
+        # A run directory on Cloud Storage (--workdir=gs://..., as on a TPU pod slice): gcsfs
+        # for etils.epath and Orbax, google-cloud-storage for tensorboardX's event writer.
+        'gcs': ['gcsfs', 'google-cloud-storage'],
+        # Test-only: the suite, and scipy for float64 references of erf and friends (and, with
+        # scikit-learn, of the GLUE metrics); torch (CPU) and transformers check the Hugging
+        # Face export and import; nbconvert and ipykernel execute launch/colab.ipynb.
+        'test': ['pytest>=8', 'scipy>=1.11', 'scikit-learn>=1.3', 'torch==2.13.0',
+                 'transformers', 'nbconvert>=7', 'ipykernel>=6'],
     },
 )

@@ -2,7 +2,9 @@
 
 Saves are asynchronous (training goes on while the previous state is written) and committed
 atomically by Orbax: a run killed mid-save leaves the previous checkpoints intact, and the
-unfinished one is ignored on restore.
+unfinished one is ignored on restore. The workdir may be a gs:// folder (a pod slice's, which
+every host writes parts of each checkpoint to): Orbax opens it itself, writing the arrays through
+TensorStore's GCS driver and its metadata through etils.epath.
 """
 
 import os
@@ -10,13 +12,20 @@ import os
 import jax
 import orbax.checkpoint as ocp
 
+from electra_jax import storage
 from electra_jax.errors import UsageError
+
+
+def checkpoint_dir(workdir: str) -> str:
+  # A local workdir is made absolute for Orbax; abspath would turn gs://b/run into <cwd>/gs:/b/run.
+  return os.path.join(workdir if storage.is_uri(workdir) else os.path.abspath(workdir),
+                      'checkpoints')
 
 
 def make_manager(workdir: str, keep: int) -> ocp.CheckpointManager:
   options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=True)
-  return ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), 'checkpoints'),
-                               options=options, item_handlers=ocp.StandardCheckpointHandler())
+  return ocp.CheckpointManager(checkpoint_dir(workdir), options=options,
+                               item_handlers=ocp.StandardCheckpointHandler())
 
 
 def save(manager: ocp.CheckpointManager, step: int, state):

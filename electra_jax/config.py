@@ -12,7 +12,9 @@ import os
 
 import ml_collections
 
+from electra_jax import storage
 from electra_jax.errors import UsageError
+from electra_jax.model import ATTENTION_IMPLEMENTATIONS
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -25,6 +27,10 @@ def default_config() -> ml_collections.ConfigDict:
   # Memory knobs: they change what is kept in memory, not the result.
   c.grad_accum_steps = 1       # split each batch into this many micro-batches (summed gradients)
   c.remat = False              # recompute each layer's activations in the backward pass
+  # Attention kernel where attention dropout is off (eval; or model.attention_dropout_rate=0):
+  # 'auto' (cuDNN flash attention on a GPU in bfloat16, else einsum), 'xla', 'cudnn', 'einsum'.
+  # Every choice computes the same function; with attention dropout on, the einsum path runs.
+  c.attention = 'auto'
 
   # ELECTRA objective.
   c.mask_prob = 0.15           # share of tokens the generator predicts (0.25 for large)
@@ -76,8 +82,13 @@ def default_config() -> ml_collections.ConfigDict:
   c.data.tfds_data_dir = ''    # TFDS data_dir (local or gs://); '' = TFDS's default
   c.data.text_field = 'text'   # the field of each .jsonl record that holds the document
   # A directory written by `python -m electra_jax.prepare` (train/, optional eval/, vocab);
-  # '' = prepare the sources into <workdir>/data on first use.
+  # '' = prepare the sources into data.local_dir on first use.
   c.data.prepared_dir = ''
+  # The local directory this host prepares data.sources / train_files into and, for a workdir
+  # at a URI (gs://), keeps a copy of the run's vocabulary in: memory-mapped examples and the
+  # file sentencepiece loads must be on local disk. '' = <workdir>/data for a local workdir,
+  # and ~/.cache/electra_jax/<hash of the workdir> for a URI one.
+  c.data.local_dir = ''
   c.data.prepare_workers = 0   # processes that prepare data; 0 = one per CPU core
   c.data.prefetch_batches = 2  # batches made ahead in a background thread (0 = none)
   c.data.vocab_model = ''      # a sentencepiece .model or WordPiece vocab.txt; '' = train one
@@ -123,6 +134,9 @@ def validate(config: ml_collections.ConfigDict, num_devices: int):
   m = config.model
   if config.dtype not in ('float32', 'bfloat16'):
     raise UsageError(f"config.dtype={config.dtype!r}: use 'float32' or 'bfloat16'")
+  if config.attention not in ATTENTION_IMPLEMENTATIONS:
+    raise UsageError(f'config.attention={config.attention!r}: use one of '
+                     f"{', '.join(ATTENTION_IMPLEMENTATIONS)}")
   if m.hidden_size % m.num_heads:
     raise UsageError(f'config.model.hidden_size={m.hidden_size} is not divisible by '
                      f'num_heads={m.num_heads}')
@@ -150,10 +164,9 @@ def validate(config: ml_collections.ConfigDict, num_devices: int):
 def check_workdir_config(config: ml_collections.ConfigDict, workdir: str):
   """Refuses a workdir whose saved run has a different model, before anything is written there."""
   path = os.path.join(workdir, 'config.json')
-  if not os.path.exists(path):
+  if not storage.exists(path):
     return
-  with open(path) as f:
-    saved_model = json.load(f).get('model', {})
+  saved_model = json.loads(storage.read_text(path)).get('model', {})
   changed = {k: (saved_model.get(k), v) for k, v in config.model.to_dict().items()
              if saved_model.get(k) != v}
   if changed:
@@ -164,7 +177,4 @@ def check_workdir_config(config: ml_collections.ConfigDict, workdir: str):
 
 def save_config(config: ml_collections.ConfigDict, workdir: str):
   """Writes the resolved config as <workdir>/config.json (atomically)."""
-  path = os.path.join(workdir, 'config.json')
-  with open(path + '.tmp', 'w') as f:
-    f.write(config.to_json(indent=2))
-  os.replace(path + '.tmp', path)
+  storage.write_text(os.path.join(workdir, 'config.json'), config.to_json(indent=2))

@@ -15,7 +15,8 @@ USAGE = 'python -m electra_jax.main --config=configs/tiny.py --workdir=DIR [--co
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Run config file (configs/*.py).',
                                           lock_config=True)
-_WORKDIR = flags.DEFINE_string('workdir', None, 'Directory of the run: checkpoints, logs, vocab.')
+_WORKDIR = flags.DEFINE_string('workdir', None, 'Directory of the run: checkpoints, logs, vocab; '
+                               'local, or a gs:// folder (pip install electra_jax[gcs]).')
 _COORDINATOR = flags.DEFINE_string(
     'coordinator_address', None,
     'host:port of process 0, to start several processes by hand (CPU tests, GPU clusters). '

@@ -81,23 +81,67 @@ class Embeddings(nn.Module):
                       preferred_element_type=jnp.float32)
 
 
+ATTENTION_IMPLEMENTATIONS = ('auto', 'xla', 'cudnn', 'einsum')
+
+
+def attention_kernel(implementation: str, dtype, head_dim: int) -> str:
+  """What computes attention where its dropout is off: 'cudnn', 'xla' or 'einsum'.
+
+  'auto' is cuDNN's flash attention on a GPU where it applies (16-bit inputs, head sizes that
+  are multiples of 8 up to 128; Hopper allows 256, 128 is the bound on every GPU), and the einsum
+  path elsewhere: XLA's `dot_product_attention` lowers to the same operations there, and was no
+  faster on a CPU (PERFORMANCE.md).
+  """
+  if implementation not in ATTENTION_IMPLEMENTATIONS:
+    raise ValueError(f'attention implementation {implementation!r}: use one of '
+                     f'{ATTENTION_IMPLEMENTATIONS}')
+  if implementation != 'auto':
+    return implementation
+  cudnn_fits = (jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+                and head_dim % 8 == 0 and head_dim <= 128)
+  return 'cudnn' if jax.default_backend() == 'gpu' and cudnn_fits else 'einsum'
+
+
 class SelfAttention(nn.Module):
+  """Multi-head self-attention over the tokens where `input_mask` is set.
+
+  Two paths compute the same function. The einsum path applies dropout to the attention
+  probabilities, as BERT and ELECTRA do in pretraining. The fused path,
+  `jax.nn.dot_product_attention`, has no such dropout, so it runs only where that dropout is
+  off (deterministic, or a rate of 0) and the two paths agree (to float rounding).
+
+  `implementation` picks the fused kernel (see `attention_kernel`); 'einsum' never fuses. The
+  cuDNN kernel takes the padding as per-sequence lengths, so it assumes what the packer
+  guarantees: padding only at the end of a sequence.
+  """
   num_heads: int
   attention_dropout_rate: float
   dtype: Any = jnp.float32
+  implementation: str = 'auto'
 
   @nn.compact
-  def __call__(self, x, attention_bias, deterministic: bool):
+  def __call__(self, x, input_mask, deterministic: bool):
     width = x.shape[-1]
     head_dim = width // self.num_heads
     split = lambda t: t.reshape(t.shape[:-1] + (self.num_heads, head_dim))
     dense = lambda name: nn.Dense(width, kernel_init=_init, dtype=self.dtype, name=name)
     query, key, value = (split(dense(n)(x)) for n in ('query', 'key', 'value'))
-    scores = jnp.einsum('bqhd,bkhd->bhqk', query, key, preferred_element_type=jnp.float32)
-    scores = scores / jnp.sqrt(head_dim).astype(jnp.float32) + attention_bias
-    probs = jax.nn.softmax(scores, axis=-1)
-    probs = nn.Dropout(self.attention_dropout_rate)(probs, deterministic=deterministic)
-    context = jnp.einsum('bhqk,bkhd->bqhd', probs.astype(self.dtype), value)
+    # Padding keys get a large negative score, as in BERT: exp() of it underflows to 0.
+    bias = jnp.where(input_mask[:, None, None, :], 0.0, -10000.0).astype(jnp.float32)
+    dropout_off = deterministic or self.attention_dropout_rate == 0.0
+    kernel = attention_kernel(self.implementation, self.dtype, head_dim) if dropout_off else None
+    if kernel == 'cudnn':
+      lengths = jnp.sum(input_mask, axis=-1, dtype=jnp.int32)
+      context = jax.nn.dot_product_attention(query, key, value, key_value_seq_lengths=lengths,
+                                             implementation='cudnn')
+    elif kernel == 'xla':
+      context = jax.nn.dot_product_attention(query, key, value, bias=bias, implementation='xla')
+    else:  # 'einsum', or attention dropout is on
+      scores = jnp.einsum('bqhd,bkhd->bhqk', query, key, preferred_element_type=jnp.float32)
+      scores = scores / jnp.sqrt(head_dim).astype(jnp.float32) + bias
+      probs = jax.nn.softmax(scores, axis=-1)
+      probs = nn.Dropout(self.attention_dropout_rate)(probs, deterministic=deterministic)
+      context = jnp.einsum('bhqk,bkhd->bqhd', probs.astype(self.dtype), value)
     return context.reshape(context.shape[:-2] + (width,))
 
 
@@ -108,13 +152,14 @@ class TransformerLayer(nn.Module):
   dropout_rate: float
   attention_dropout_rate: float
   dtype: Any = jnp.float32
+  attention: str = 'auto'  # SelfAttention.implementation
 
   @nn.compact
-  def __call__(self, x, attention_bias, deterministic: bool):
+  def __call__(self, x, input_mask, deterministic: bool):
     width = x.shape[-1]
     dropout = nn.Dropout(self.dropout_rate)
     attended = SelfAttention(self.num_heads, self.attention_dropout_rate, self.dtype,
-                             name='attention')(x, attention_bias, deterministic)
+                             self.attention, name='attention')(x, input_mask, deterministic)
     attended = nn.Dense(width, kernel_init=_init, dtype=self.dtype, name='attention_output')(attended)
     x = layer_norm('attention_layer_norm')(x + dropout(attended, deterministic=deterministic))
     x = x.astype(self.dtype)
@@ -135,6 +180,7 @@ class Encoder(nn.Module):
   attention_dropout_rate: float
   dtype: Any = jnp.float32
   remat: bool = False  # recompute each layer in the backward pass instead of storing it
+  attention: str = 'auto'  # SelfAttention.implementation
 
   @nn.compact
   def __call__(self, embedded, input_mask, deterministic: bool):
@@ -142,14 +188,12 @@ class Encoder(nn.Module):
     if x.shape[-1] != self.hidden_size:
       x = nn.Dense(self.hidden_size, kernel_init=_glorot, dtype=self.dtype,
                    name='embeddings_project')(x)
-    # Padding keys get a large negative score, as in BERT: exp() of it underflows to 0.
-    attention_bias = jnp.where(input_mask[:, None, None, :], 0.0, -10000.0).astype(jnp.float32)
     # `deterministic` (argument 3, counting self) is a Python bool: static under remat.
     layer = nn.remat(TransformerLayer, static_argnums=(3,)) if self.remat else TransformerLayer
     for i in range(self.num_layers):
       x = layer(self.num_heads, self.intermediate_size, self.dropout_rate,
-                self.attention_dropout_rate, self.dtype, name=f'layer_{i}')(
-                    x, attention_bias, deterministic)
+                self.attention_dropout_rate, self.dtype, self.attention, name=f'layer_{i}')(
+                    x, input_mask, deterministic)
     return x
 
 
@@ -184,6 +228,7 @@ class Electra(nn.Module):
   config: ml_collections.ConfigDict  # the `model` section of the run config
   dtype: Any = jnp.float32
   remat: bool = False
+  attention: str = 'auto'  # SelfAttention.implementation; every choice computes the same
 
   def setup(self):
     c = self.config
@@ -193,12 +238,14 @@ class Electra(nn.Module):
     self.generator = Encoder(
         hidden_size=gen_width, num_layers=c.num_layers, num_heads=max(1, gen_width // 64),
         intermediate_size=4 * gen_width, dropout_rate=c.dropout_rate,
-        attention_dropout_rate=c.attention_dropout_rate, dtype=self.dtype, remat=self.remat)
+        attention_dropout_rate=c.attention_dropout_rate, dtype=self.dtype, remat=self.remat,
+        attention=self.attention)
     self.generator_head = GeneratorHead(c.embedding_size, c.vocab_size, self.dtype)
     self.discriminator = Encoder(
         hidden_size=c.hidden_size, num_layers=c.num_layers, num_heads=c.num_heads,
         intermediate_size=c.intermediate_size, dropout_rate=c.dropout_rate,
-        attention_dropout_rate=c.attention_dropout_rate, dtype=self.dtype, remat=self.remat)
+        attention_dropout_rate=c.attention_dropout_rate, dtype=self.dtype, remat=self.remat,
+        attention=self.attention)
     self.discriminator_head = DiscriminatorHead(self.dtype)
 
   def __call__(self, input_ids, segment_ids, positions, deterministic: bool = True):

@@ -1,12 +1,18 @@
 """Where metrics go: one human line to the log, one JSON object to metrics.jsonl, TensorBoard.
 
-Only process 0 writes; other processes get a writer that does nothing.
+Only process 0 writes; other processes get a writer that does nothing. In a workdir at a URI
+(gs://), which cannot be appended to, metrics.jsonl is rewritten whole at each write, and
+tensorboardX writes the events through its own gs:// writer (google-cloud-storage), which also
+uploads the whole file at each flush.
 """
 
+import io
 import json
 import os
 
 from absl import logging
+
+from electra_jax import storage
 
 
 def format_duration(seconds: float) -> str:
@@ -27,16 +33,12 @@ def human_line(step: int, total_steps: int, metrics: dict, eta_seconds: float) -
 def trim_metrics_file(workdir: str, last_step: int):
   """Drops lines logged after `last_step` (steps a resumed run is about to redo)."""
   path = os.path.join(workdir, 'metrics.jsonl')
-  if not os.path.exists(path):
+  if not storage.exists(path):
     return
-  with open(path) as f:
-    lines = [line for line in f if line.strip()]
+  lines = [line for line in io.StringIO(storage.read_text(path)) if line.strip()]
   kept = [line for line in lines if json.loads(line)['step'] <= last_step]
   if len(kept) != len(lines):
-    tmp = path + '.tmp'
-    with open(tmp, 'w') as f:
-      f.writelines(kept)
-    os.replace(tmp, path)
+    storage.write_text(path, ''.join(kept))
 
 
 class MetricsWriter:
@@ -47,7 +49,12 @@ class MetricsWriter:
     if not enabled:
       return
     from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
-    self._jsonl = open(os.path.join(workdir, 'metrics.jsonl'), 'a')
+    self._path = os.path.join(workdir, 'metrics.jsonl')
+    if storage.is_uri(workdir):  # the file so far, which each write extends and rewrites
+      self._jsonl = None
+      self._lines = [storage.read_text(self._path)] if storage.exists(self._path) else []
+    else:
+      self._jsonl = open(self._path, 'a')
     self._tensorboard = SummaryWriter(logdir=workdir)
 
   def write(self, step: int, metrics: dict, human: str | None = None):
@@ -55,13 +62,19 @@ class MetricsWriter:
       return
     if human:
       logging.info(human)
-    self._jsonl.write(json.dumps({'step': step, **metrics}) + '\n')
-    self._jsonl.flush()
+    line = json.dumps({'step': step, **metrics}) + '\n'
+    if self._jsonl is None:
+      self._lines.append(line)
+      storage.write_text(self._path, ''.join(self._lines))
+    else:
+      self._jsonl.write(line)
+      self._jsonl.flush()
     for name, value in metrics.items():
       self._tensorboard.add_scalar(name, value, step)
     self._tensorboard.flush()
 
   def close(self):
     if self._enabled:
-      self._jsonl.close()
+      if self._jsonl is not None:
+        self._jsonl.close()
       self._tensorboard.close()

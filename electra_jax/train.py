@@ -6,7 +6,6 @@ all-reduce. The same code runs on one CPU, N simulated CPU devices, a GPU or a T
 """
 
 import functools
-import os
 import signal
 import threading
 import time
@@ -22,6 +21,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from electra_jax import checkpoint, config as config_lib, input_pipeline, objective, optim, report
+from electra_jax import storage
 from electra_jax.data import pipeline
 from electra_jax.model import Electra, count_params, init_params
 
@@ -47,7 +47,8 @@ def make_mesh(devices=None) -> Mesh:
 
 
 def make_model(config: ml_collections.ConfigDict) -> Electra:
-  return Electra(config.model, dtype=DTYPES[config.dtype], remat=config.remat)
+  return Electra(config.model, dtype=DTYPES[config.dtype], remat=config.remat,
+                 attention=config.attention)
 
 
 def _init_state_fn(config, model, optimizer):
@@ -170,7 +171,9 @@ def chief_first(make, name: str):
   """make() on process 0 first, then on the others once it is done.
 
   Process 0 writes the workdir's vocabulary and prepared data; the others then load them from a
-  shared workdir, or, on a disk of their own, make identical ones (both are deterministic).
+  shared workdir, or, on a disk of their own, make identical ones (both are deterministic). With
+  a workdir at a URI (a pod slice's gs:// folder) the others download process 0's vocabulary and
+  prepare their own identical examples in their local data.local_dir.
   """
   if jax.process_count() == 1:
     return make()
@@ -196,8 +199,9 @@ def preemption_check(manager):
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
   """Pretrains (or resumes pretraining) in `workdir` until config.num_train_steps."""
   config_lib.validate(config, jax.device_count())
+  storage.check_uri(workdir, '--workdir')
   config_lib.check_workdir_config(config, workdir)
-  os.makedirs(workdir, exist_ok=True)
+  storage.makedirs(workdir)
   is_chief = jax.process_index() == 0
 
   vocab = chief_first(lambda: input_pipeline.setup_vocab(config, workdir), 'vocab')

@@ -4,9 +4,10 @@
 #
 #   bash electra_jax/launch/remote_setup.sh [--multihost]
 #
-# Installs electra_jax into a virtual environment with JAX for TPU, then prints the devices JAX
-# sees. --multihost: the VM is one worker of a multi-host slice, so the device check first joins
-# the other workers (jax.distributed.initialize) and counts the devices of the whole slice.
+# Installs electra_jax into a virtual environment with JAX for TPU and the `gcs` extra (a run's
+# workdir may be a gs:// folder, as on a slice), then prints the devices JAX sees. --multihost:
+# the VM is one worker of a multi-host slice, so the device check first joins the other workers
+# (jax.distributed.initialize) and counts the devices of the whole slice.
 # Running it again updates the installation.
 set -euo pipefail
 
@@ -55,9 +56,9 @@ main() {
     "${python}" -m venv "${VENV_DIR}"
   fi
 
-  log "installing ${CODE_DIR} and ${JAX_PACKAGE}"
+  log "installing ${CODE_DIR} (with the gcs extra) and ${JAX_PACKAGE}"
   "${VENV_DIR}/bin/python" -m pip install --quiet --upgrade pip
-  "${VENV_DIR}/bin/python" -m pip install --quiet -e "${CODE_DIR}"
+  "${VENV_DIR}/bin/python" -m pip install --quiet -e "${CODE_DIR}[gcs]"
   "${VENV_DIR}/bin/python" -m pip install --quiet --upgrade "${JAX_PACKAGE}"
 
   log "devices JAX sees:"

@@ -22,8 +22,10 @@
 # --dry-run (or DRY_RUN=1) prints the commands without running them.
 #
 # The workdir is WORKDIR, a gs:// folder: all workers write parts of each Orbax checkpoint, so
-# they need storage they all reach. This assumes that electra_jax accepts a gs:// --workdir
-# (see "Running on TPU" in README.md). Each worker keeps its own log at ~/runs/RUN_NAME.log.
+# they need storage they all reach (`setup` installs the gcs extra that reads and writes it).
+# Each worker prepares the corpus into its own local data.local_dir (default
+# ~/.cache/electra_jax/<hash of WORKDIR>) and keeps its own log at ~/runs/RUN_NAME.log; see
+# "A multi-host slice" in README.md.
 set -euo pipefail
 
 # ---- Settings. Edit them here, or set any of them in the environment:

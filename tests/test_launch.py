@@ -73,7 +73,7 @@ def test_single_vm_dry_run_prints_the_gcloud_commands_for_a_v4_8(tmp_path):
       'electra_jax/launch/remote_train.sh start runs/base/train.log '
       '--config=electra_jax/configs/base.py --workdir=runs/base '
       '--config.data.train_files="data/corpus/*"\'',
-      f"--command='tail -n 50 -F runs/base/train.log'",
+      "--command='tail -n 50 -F runs/base/train.log'",
       '-m electra_jax.export --workdir=runs/base --out=runs/base/hf',
       "--command='gcloud storage rsync --recursive runs/base gs://my-bucket-1/runs/base'",
       f'gcloud compute tpus tpu-vm delete electra-tpu {where} --quiet',

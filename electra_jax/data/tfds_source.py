@@ -190,3 +190,16 @@ def identity(name: str, split: str, data_dir: str) -> dict:
   size = len(source) if source is not None else tfds_builder.info.splits[split].num_examples
   return {'name': name, 'split': split, 'data_dir': data_dir,
           'version': str(tfds_builder.info.version), 'num_examples': int(size)}
+
+
+def read_records(name: str, split: str, data_dir: str) -> Iterator[dict]:
+  """Every record of the split with all its features, decoded by TFDS (text as bytes)."""
+  source = data_source(name, split, data_dir)
+  if source is not None:
+    for first in range(0, len(source), _READ_CHUNK):
+      yield from _get_records(source, range(first, min(first + _READ_CHUNK, len(source))))
+    return
+  features = builder(name, data_dir).info.features
+  for _, file, start, stop in _tfrecord_units(name, split, data_dir):
+    for raw in _tfrecords(file, start, stop):
+      yield features.deserialize_example_np(raw)

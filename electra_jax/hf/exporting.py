@@ -14,8 +14,7 @@ import jax
 import ml_collections
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from electra_jax import checkpoint, input_pipeline, optim, train
-from electra_jax.data import vocab as vocab_lib
+from electra_jax import checkpoint, input_pipeline, optim, storage, train
 from electra_jax.errors import UsageError
 from electra_jax.hf import files, model_config, params as params_lib, tokenizer
 from electra_jax.model import Electra
@@ -29,12 +28,12 @@ class Run(NamedTuple):
 
 
 def load_run_config(workdir: str) -> ml_collections.ConfigDict:
+  storage.check_uri(workdir, '--workdir')
   path = os.path.join(workdir, 'config.json')
-  if not os.path.isfile(path):
+  if not storage.is_file(path):
     raise UsageError(f"'{workdir}' holds no run (no config.json); pass the --workdir of a "
                      'pretraining run')
-  with open(path) as f:
-    return ml_collections.ConfigDict(json.load(f))
+  return ml_collections.ConfigDict(json.loads(storage.read_text(path)))
 
 
 def abstract_state(config: ml_collections.ConfigDict) -> train.TrainState:
@@ -47,7 +46,7 @@ def abstract_state(config: ml_collections.ConfigDict) -> train.TrainState:
 def load_run(workdir: str, step: int | None = None) -> Run:
   """Config, parameters (checkpoint `step`, default the latest) and vocabulary of a run."""
   config = load_run_config(workdir)
-  if not os.path.isdir(os.path.join(workdir, 'checkpoints')):
+  if not storage.is_dir(os.path.join(workdir, 'checkpoints')):
     raise UsageError(f"'{workdir}' has no checkpoints yet; train until the first save "
                      '(config.save_every) and export then')
   manager = checkpoint.make_manager(workdir, config.keep_checkpoints)
@@ -62,7 +61,7 @@ def load_run(workdir: str, step: int | None = None) -> Run:
                      f'{", ".join(map(str, steps))}')
   state = checkpoint.restore(manager, step, abstract_state(config))
   manager.close()
-  vocab = vocab_lib.load_vocab(input_pipeline.run_vocab_path(workdir))
+  vocab = input_pipeline.load_run_vocab(workdir, input_pipeline.local_dir(config, workdir))
   if vocab.size != config.model.vocab_size:
     raise UsageError(f'the vocabulary {vocab.model_path} has {vocab.size} pieces but the run\'s '
                      f'model has vocab_size={config.model.vocab_size}; it is not this run\'s '
@@ -97,6 +96,9 @@ def _existing_outputs(out_dir: str, overwrite: bool) -> list[str]:
 def export_run(workdir: str, out_dir: str, step: int | None = None,
                overwrite: bool = False) -> Run:
   """Exports checkpoint `step` (default: the latest) of the run in `workdir` to `out_dir`."""
+  if storage.is_uri(out_dir):
+    raise UsageError(f"--out='{out_dir}' is not a local path; export to local disk, then copy "
+                     'the directory (gcloud storage cp -r)')
   existing = _existing_outputs(out_dir, overwrite)
   run = load_run(workdir, step)  # before removing anything, so a mistake costs nothing
   for path in existing:

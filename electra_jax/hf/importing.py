@@ -13,7 +13,6 @@ discriminator, the network that is fine-tuned; Google's released pairs hold iden
 
 import json
 import os
-import shutil
 from typing import Any
 
 from absl import logging
@@ -22,7 +21,7 @@ import ml_collections
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from electra_jax import checkpoint, config as config_lib, input_pipeline, optim, train
+from electra_jax import checkpoint, config as config_lib, input_pipeline, optim, storage, train
 from electra_jax.data import vocab as vocab_lib
 from electra_jax.data import wordpiece
 from electra_jax.errors import UsageError
@@ -141,8 +140,9 @@ def import_checkpoint(config: ml_collections.ConfigDict, workdir: str, hf_dir: s
   replaced by what the checkpoint determines. `pinned` names model fields the user set
   explicitly: a checkpoint that disagrees with them is refused rather than silently winning.
   """
-  if os.path.exists(os.path.join(workdir, 'config.json')) or \
-      os.path.exists(os.path.join(workdir, 'checkpoints')):
+  storage.check_uri(workdir, '--workdir')
+  if storage.exists(os.path.join(workdir, 'config.json')) or \
+      storage.exists(os.path.join(workdir, 'checkpoints')):
     raise UsageError(f"'{workdir}' already holds a run; import into a new --workdir")
   model_dirs = find_model_dirs(hf_dir, generator_dir, allow_pickle)
   sources = {kind: os.path.join(d.path, 'config.json') for kind, d in model_dirs.items()}
@@ -173,9 +173,8 @@ def import_checkpoint(config: ml_collections.ConfigDict, workdir: str, hf_dir: s
   opt_state = jax.jit(optimizer.init, out_shardings=replicated)(params)
   state = state.replace(params=params, opt_state=opt_state)
 
-  os.makedirs(workdir, exist_ok=True)
-  run_vocab = input_pipeline.run_vocab_path(workdir, vocab_path)
-  shutil.copyfile(vocab_path, run_vocab)
+  storage.makedirs(workdir)
+  storage.copy_file(vocab_path, input_pipeline.run_vocab_path(workdir, vocab_path))
   manager = checkpoint.make_manager(workdir, config.keep_checkpoints)
   checkpoint.save(manager, 0, state)
   manager.wait_until_finished()

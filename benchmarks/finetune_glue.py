@@ -1,0 +1,88 @@
+"""Does pretraining help? Fine-tunes a pretraining run and the same architecture from random init
+on SST-2 and MRPC with the same budget and seeds, and prints both scores side by side.
+
+python benchmarks/finetune_glue.py --pretrained=runs/tiny --glue_dir=../shared/data/glue \
+    --out=runs/glue-check [--seeds=0,1,2] [--sst2_examples=4000] [--max_seq_length=64]
+
+The random-init runs take the pretraining run's model section and vocabulary, so the only
+difference is where the encoder's weights start. Every other setting is the recipe's default
+for the model's size (see configs/finetune/glue.py), except the flags printed with each command.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODEL_FIELDS = ('vocab_size', 'embedding_size', 'hidden_size', 'num_layers', 'num_heads',
+                'intermediate_size', 'max_position_embeddings', 'type_vocab_size')
+
+
+def run_vocab(workdir: str) -> str:
+  for name in ('vocab.model', 'vocab.txt'):
+    if os.path.exists(os.path.join(workdir, name)):
+      return os.path.join(workdir, name)
+  sys.exit(f'{workdir} holds no vocab.model or vocab.txt: is it a pretraining run?')
+
+
+def random_init_flags(workdir: str) -> list[str]:
+  with open(os.path.join(workdir, 'config.json')) as f:
+    model = json.load(f)['model']
+  return ["--config.init_from=", f'--config.vocab={run_vocab(workdir)}'] + [
+      f'--config.model.{k}={model[k]}' for k in MODEL_FIELDS]
+
+
+def fine_tune(task: str, out: str, init_flags: list[str], args) -> dict:
+  command = [sys.executable, '-m', 'electra_jax.finetune',
+             f'--config={os.path.join(REPO, "configs", "finetune", "glue.py")}',
+             f'--config.task={task}', f'--config.data_dir={args.glue_dir}', f'--workdir={out}',
+             f'--config.seeds={args.seeds}', '--config.predict_test=False', *init_flags]
+  command.append(f'--config.max_seq_length={args.max_seq_length}')
+  if task == 'SST-2':
+    command.append(f'--config.max_train_examples={args.sst2_examples}')
+  print('$ ' + ' '.join(command[1:]), flush=True)
+  subprocess.run(command, check=True, cwd=REPO)
+  with open(os.path.join(out, 'results.json')) as f:
+    return json.load(f)
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser.add_argument('--pretrained', required=True, help='pretraining run workdir')
+  parser.add_argument('--glue_dir', required=True, help='folder holding SST-2/ and MRPC/')
+  parser.add_argument('--out', required=True)
+  parser.add_argument('--seeds', default='0,1,2')
+  parser.add_argument('--sst2_examples', type=int, default=4000,
+                      help='SST-2 training examples drawn (seed 0) from its 67k, for CPU budgets')
+  parser.add_argument('--max_seq_length', type=int, default=128,
+                      help='64 keeps a CPU run short: it truncates few SST-2 sentences and some '
+                      'MRPC pairs (longest-first)')
+  parser.add_argument('--tasks', default='SST-2,MRPC')
+  args = parser.parse_args()
+  rows = []
+  for task in args.tasks.split(','):
+    for label, flags in (('pretrained', [f'--config.init_from={args.pretrained}']),
+                         ('random', random_init_flags(args.pretrained))):
+      result = fine_tune(task, os.path.join(args.out, f'{task}-{label}'), flags, args)
+      rows.append((task, label, result))
+  print('\n| task | init | score (median) | per seed | all medians | steps x batch | examples |')
+  print('|---|---|---|---|---|---|---|')
+  for task, label, result in rows:
+    split, metric = result['score_metric'].split()
+    seeds = ', '.join(f'{s}: {100 * v[split][metric]:.1f}' for s, v in result['seeds'].items())
+    medians = ', '.join(f'{k} {100 * v:.1f}' for k, v in result['median'][split].items())
+    budget = result['budget']
+    print(f"| {task} | {label} | {metric} {100 * result['score']:.1f} | {seeds} | {medians} | "
+          f"{budget['steps']} x {budget['batch_size']} | {budget['train_examples']} "
+          f"({budget['train_pairs_with_swaps']} with swaps), seq {budget['max_seq_length']} |")
+  for task in dict.fromkeys(task for task, _, _ in rows):
+    scores = {label: result['score'] for t, label, result in rows if t == task}
+    verdict = 'beats' if scores['pretrained'] > scores['random'] else 'does NOT beat'
+    print(f'{task}: pretrained {100 * scores["pretrained"]:.1f} {verdict} random init '
+          f'{100 * scores["random"]:.1f}')
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,56 @@
+"""Fine-tuning on one GLUE task with ELECTRA's recipe (Clark et al. 2020, Appendix).
+
+python -m electra_jax.finetune --config=configs/finetune/glue.py --config.task=MRPC \
+    --config.init_from=runs/small --config.data_dir=glue_data --workdir=runs/small-mrpc
+
+Fields at 0 (or 'auto') take the recipe's value for the task and the model size, which is
+inferred from the model's width: learning rate 3e-4 small, 1e-4 base, 5e-5 large; layer-wise
+decay 0.8 small/base, 0.9 large; 3 epochs, 10 for RTE and STS-B. DIR/config.json records the
+resolved numbers.
+"""
+
+import ml_collections
+
+from electra_jax.config import default_config
+
+
+def get_config():
+  c = ml_collections.ConfigDict()
+  c.task = ''                  # CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE or WNLI
+  # A pretraining run's workdir (its latest checkpoint), a Hugging Face ELECTRA directory
+  # (ElectraForPreTraining), or '' for random initialisation from `model` and `vocab` below.
+  c.init_from = ''
+  c.seeds = '0'                # comma-separated seeds; each is reported, and the median
+  c.size = 'auto'              # 'small', 'base' or 'large' recipe; 'auto' = from hidden_size
+
+  # Data: a local GLUE folder (<data_dir>/<TASK>/{train,dev,test}.tsv), else TFDS glue/<task>.
+  c.data_dir = ''
+  c.tfds_name = 'glue'         # TFDS dataset; glue/<config> must be prepared in tfds_data_dir
+  c.tfds_data_dir = ''         # '' = TFDS's default data_dir
+  c.max_seq_length = 128       # [CLS] A [SEP] B [SEP], truncated longest-first
+  c.max_train_examples = 0     # > 0: train on this many examples drawn at random (seed 0)
+  c.swap_pairs = True          # MRPC, STS-B: also train on each pair as (B, A), as the original
+  c.predict_test = True        # write GLUE submission files for the test split(s)
+
+  # The recipe.
+  c.learning_rate = 0.0        # peak; 0 = 3e-4 small, 1e-4 base, 5e-5 large
+  c.layer_decay = 0.0          # lr x decay^(layers from the top); 0 = 0.8 (0.9 large); 1 = off
+  c.num_epochs = 0.0           # 0 = 3 (10 for RTE and STS-B)
+  c.batch_size = 32
+  c.eval_batch_size = 128
+  c.warmup_proportion = 0.1    # linear warmup over this share of the steps, x linear decay
+  c.weight_decay = 0.01        # decoupled; not on LayerNorm parameters or biases
+  c.head_dropout = 0.1         # on the [CLS] vector before the head
+  c.adam_b1 = 0.9
+  c.adam_b2 = 0.999
+  c.adam_eps = 1e-6
+  c.adam_bias_correction = False  # as the original's optimizer
+  c.max_grad_norm = 1.0
+  c.dtype = 'float32'          # computation dtype; parameters stay float32
+  c.log_every = 100
+
+  # Random initialisation only (init_from=''): the model and its vocabulary. With init_from
+  # set, both come from there and these are ignored.
+  c.model = default_config().model
+  c.vocab = ''                 # vocab.model or vocab.txt (also overrides an HF dir's vocabulary)
+  return c

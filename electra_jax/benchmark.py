@@ -1,0 +1,224 @@
+"""Throughput of the real train step, against the device's limit.
+
+python -m electra_jax.benchmark --config=configs/small.py [--config.batch_size=16 ...] --steps=50
+
+The step is the one training runs (`train.compile_steps`: jitted, state donated, batch sharded
+over every device), fed batches shaped like packed examples (see `synthetic_batch`) that are
+placed on the devices before the clock starts. The first step compiles; `--warmup` more run
+untimed; then each of `--steps` steps is timed to completion (`jax.block_until_ready`) and the
+median is reported as one JSON line (`result_record` lists the fields).
+
+FLOPs are the analytic model FLOPs of `flops.py`. The peak is the data-sheet bfloat16 peak of an
+accelerator (`flops.PEAK_BF16_FLOPS`), or, on a CPU, the best rate of a large matmul in the
+step's dtype, measured in the same process.
+"""
+
+import json
+import statistics
+import time
+
+from absl import app, flags
+import jax
+import jax.numpy as jnp
+import ml_collections
+from ml_collections import config_flags
+import numpy as np
+
+from electra_jax import cli, flops, objective, optim, train
+from electra_jax import config as config_lib
+from electra_jax.model import attention_kernel
+
+USAGE = ('python -m electra_jax.benchmark --config=configs/small.py [--config.batch_size=B '
+         '--config.max_seq_length=L ...] --steps=N')
+
+_CONFIG = config_flags.DEFINE_config_file('config', None, 'Run config file (configs/*.py).',
+                                          lock_config=True)
+_STEPS = flags.DEFINE_integer('steps', 50, 'Timed steps (after compilation and warm-up).')
+_WARMUP = flags.DEFINE_integer('warmup', 3, 'Untimed steps after the compiling one.')
+_MATMUL_SIZE = flags.DEFINE_integer('peak_matmul_size', 2048,
+                                    'Side of the square matmul that measures a CPU\'s peak.')
+flags.mark_flags_as_required(['config'])
+
+# Distinct batches cycled through: enough that no step sees the previous step's data.
+NUM_BATCHES = 4
+# Windows of the timed steps compared by the steady-state check (needs --steps >= 220).
+EARLY_WINDOW = (10, 110)
+LATE_WINDOW_SIZE = 100
+
+
+def synthetic_batch(rng: np.random.Generator, batch_size: int, length: int, vocab_size: int,
+                    special: objective.SpecialIds = objective.SpecialIds()) -> dict:
+  """Random tokens packed like real examples: [CLS] A [SEP] B [SEP] and then padding.
+
+  As the packer makes them, 5% of rows are a random shorter length and 10% have no B segment.
+  Only the shapes and the padding matter for speed; the token values are uniform.
+  """
+  lengths = np.where(rng.random(batch_size) < 0.95, length,
+                     rng.integers(5, length + 1, batch_size))
+  ids = rng.integers(max(special) + 1, vocab_size, (batch_size, length))
+  first_sep = np.where(rng.random(batch_size) < 0.1, lengths - 1,
+                       rng.integers(2, lengths - 2))
+  columns = np.arange(length)[None, :]
+  ids[:, 0] = special.cls
+  ids[np.arange(batch_size), first_sep] = special.sep
+  ids[np.arange(batch_size), lengths - 1] = special.sep
+  ids[columns >= lengths[:, None]] = special.pad
+  segment_ids = (columns > first_sep[:, None]) & (columns < lengths[:, None])
+  return {'input_ids': ids.astype(np.int32), 'segment_ids': segment_ids.astype(np.int32)}
+
+
+def measured_matmul_peak(size: int, dtype, repeats: int = 5) -> float:
+  """FLOP/s of the fastest of `repeats` [size, size] @ [size, size] products (after a warm-up)."""
+  x = jnp.ones((size, size), dtype)
+  matmul = jax.jit(lambda a: a @ a)
+  jax.block_until_ready(matmul(x))
+  best = float('inf')
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(matmul(x))
+    best = min(best, time.perf_counter() - start)
+  return 2 * size**3 / best
+
+
+def device_peak(dtype, matmul_size: int) -> tuple[float | None, str]:
+  """(peak FLOP/s of all devices, where the number comes from)."""
+  devices = jax.devices()
+  if devices[0].platform == 'cpu':
+    # Simulated CPU devices share the host's cores, so the host's rate is the peak of all of them.
+    name = jnp.dtype(dtype).name
+    return (measured_matmul_peak(matmul_size, dtype),
+            f'measured: best {name} {matmul_size}x{matmul_size} matmul in this process')
+  peak = flops.table_peak_flops(devices[0].device_kind)
+  if peak is None:
+    return None, f'unknown device kind {devices[0].device_kind!r}'
+  return peak * len(devices), 'data sheet: dense bfloat16 per device x devices'
+
+
+def peak_memory_bytes() -> int | None:
+  """The largest peak allocation of any local device, where the backend reports one (not CPU)."""
+  peaks = [(d.memory_stats() or {}).get('peak_bytes_in_use') for d in jax.local_devices()]
+  peaks = [p for p in peaks if p is not None]
+  return max(peaks) if peaks else None
+
+
+def timing_summary(step_seconds: list[float]) -> dict:
+  """Median step time, its spread, and (for long runs) early against late steady-state steps."""
+  summary = {
+      'median_step_s': statistics.median(step_seconds),
+      'min_step_s': min(step_seconds),
+      'max_step_s': max(step_seconds),
+      'steady_state': None,
+  }
+  if len(step_seconds) >= 2 * EARLY_WINDOW[1]:
+    early = statistics.median(step_seconds[slice(*EARLY_WINDOW)])
+    late = statistics.median(step_seconds[-LATE_WINDOW_SIZE:])
+    summary['steady_state'] = {
+        'early_steps': list(EARLY_WINDOW), 'early_median_s': early,
+        'late_steps': [len(step_seconds) - LATE_WINDOW_SIZE, len(step_seconds)],
+        'late_median_s': late, 'late_over_early': late / early,
+    }
+  return summary
+
+
+def result_record(*, framework: str, config: ml_collections.ConfigDict, device_kind: str,
+                  device_count: int, step_seconds: list[float], peak_flops: float | None,
+                  peak_source: str, **extra) -> dict:
+  """The benchmark's JSON record; the PyTorch peer (benchmarks/hf_peer.py) writes the same one."""
+  summary = timing_summary(step_seconds)
+  step_flops = flops.train_step_flops(config)
+  achieved = step_flops / summary['median_step_s']
+  tokens = config.batch_size * config.max_seq_length
+  return {
+      'framework': framework,
+      'device_kind': device_kind,
+      'device_count': device_count,
+      'dtype': config.dtype,
+      'batch_size': config.batch_size,
+      'max_seq_length': config.max_seq_length,
+      'steps': len(step_seconds),
+      **summary,
+      'tokens_per_s': tokens / summary['median_step_s'],
+      'sequences_per_s': config.batch_size / summary['median_step_s'],
+      'model_flops_per_step': step_flops,
+      'achieved_flops_per_s': achieved,
+      'peak_flops_per_s': peak_flops,
+      'peak_source': peak_source,
+      'mfu': achieved / peak_flops if peak_flops else None,
+      **extra,
+  }
+
+
+def attention_used(config: ml_collections.ConfigDict) -> str:
+  """What computes the discriminator's attention in a training step."""
+  if config.model.attention_dropout_rate > 0:
+    return 'einsum (attention dropout is on; the fused kernels have none)'
+  head_dim = config.model.hidden_size // config.model.num_heads
+  return attention_kernel(config.attention, train.DTYPES[config.dtype], head_dim)
+
+
+def run(config: ml_collections.ConfigDict, steps: int, warmup: int = 3,
+        matmul_size: int = 2048) -> dict:
+  """Times `steps` train steps of `config` on all devices; returns the JSON record."""
+  mesh = train.make_mesh()
+  model = train.make_model(config)
+  optimizer = optim.make_optimizer(config)
+  step, _, replicated, batch_sharding = train.compile_steps(config, model, optimizer, mesh)
+  state = train.create_train_state(config, model, optimizer, replicated)
+  rng = np.random.default_rng(config.seed)
+  batches = [jax.device_put(synthetic_batch(rng, config.batch_size, config.max_seq_length,
+                                            config.model.vocab_size), batch_sharding)
+             for _ in range(NUM_BATCHES)]
+
+  def run_step(state, index):
+    # As the training loop does it: the step's key is derived on the device, nothing is read back.
+    return step(state, batches[index % NUM_BATCHES], jax.random.fold_in(state.rng, index))
+
+  start = time.perf_counter()
+  state, stats = jax.block_until_ready(run_step(state, 0))
+  compile_seconds = time.perf_counter() - start
+  for index in range(1, 1 + warmup):
+    state, stats = run_step(state, index)
+  jax.block_until_ready(state)
+  step_seconds = []
+  for index in range(1 + warmup, 1 + warmup + steps):
+    start = time.perf_counter()
+    state, stats = jax.block_until_ready(run_step(state, index))
+    step_seconds.append(time.perf_counter() - start)
+  train.check_compiled_once(step)
+  compilations = step._cache_size()  # pylint: disable=protected-access
+  loss = float(stats['loss'])
+  if not np.isfinite(loss):
+    raise FloatingPointError(f'the benchmark\'s loss is {loss}')
+
+  peak, peak_source = device_peak(train.DTYPES[config.dtype], matmul_size)
+  devices = jax.devices()
+  return result_record(
+      framework=f'electra_jax (jax {jax.__version__})', config=config,
+      device_kind=devices[0].device_kind, device_count=len(devices), step_seconds=step_seconds,
+      peak_flops=peak, peak_source=peak_source, peak_memory_bytes=peak_memory_bytes(),
+      compile_s=compile_seconds, compilations=compilations,
+      attention=attention_used(config),
+      final_loss=loss)
+
+
+def benchmark_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """Checks `config` as training would, except that the benchmark reads no data files."""
+  checked = ml_collections.ConfigDict(config.to_dict())
+  for name in ('sources', 'prepared_dir'):  # the other ways to name training data
+    if name in checked.data:
+      checked.data[name] = ''
+  checked.data.train_files = '(synthetic)'
+  config_lib.validate(checked, jax.device_count())
+  return config
+
+
+def main(argv):
+  if len(argv) > 1:
+    cli.fail(f'unexpected arguments: {" ".join(argv[1:])}')
+  config = cli.run(benchmark_config, _CONFIG.value)
+  record = run(config, _STEPS.value, _WARMUP.value, _MATMUL_SIZE.value)
+  print(json.dumps(record), flush=True)
+
+
+if __name__ == '__main__':
+  app.run(main, flags_parser=cli.flags_parser(USAGE))

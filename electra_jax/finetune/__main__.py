@@ -1,0 +1,37 @@
+"""Command line: fine-tune on one GLUE task, for one or several seeds.
+
+python -m electra_jax.finetune --config=configs/finetune/glue.py --config.task=MRPC \
+    --config.init_from=RUN_OR_HF_DIR [--config.data_dir=GLUE_DIR] [--config.seeds=0,1,2] \
+    --workdir=DIR
+
+Writes DIR/results.json (each seed's dev metrics and the medians), DIR/<TASK>.tsv (GLUE
+submission files for the test split) and DIR/config.json (the resolved recipe).
+"""
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from electra_jax import cli
+
+USAGE = ('python -m electra_jax.finetune --config=configs/finetune/glue.py --config.task=TASK '
+         '--config.init_from=RUN_OR_HF_DIR --workdir=DIR [--config.x=y ...]')
+_CONFIG = config_flags.DEFINE_config_file('config', None, 'Fine-tuning config file '
+                                          '(configs/finetune/glue.py).', lock_config=True)
+_WORKDIR = flags.DEFINE_string('workdir', None, 'Output directory: results.json, submissions.')
+flags.mark_flags_as_required(['config', 'workdir'])
+
+
+def main(argv):
+  if len(argv) > 1:
+    cli.fail(f'unexpected arguments: {" ".join(argv[1:])}\nusage: {USAGE}')
+  cli.quiet_orbax()
+  # pylint: disable=g-import-not-at-top  (keeps --help fast)
+  from electra_jax.finetune import results, train
+  summary = cli.run(train.fine_tune, _CONFIG.value, _WORKDIR.value)
+  print(f'{summary["task"]}: {summary["score_metric"]} {summary["score"]:.4f} (median of '
+        f'{len(summary["seeds"])} seed(s)); {results.format_scores(summary["median"])}; '
+        f'{_WORKDIR.value}/{results.RESULTS}')
+
+
+if __name__ == '__main__':
+  app.run(main, flags_parser=cli.flags_parser(USAGE))

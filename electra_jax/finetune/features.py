@@ -1,0 +1,62 @@
+"""GLUE examples -> fixed-length model inputs: `[CLS] A [SEP] B [SEP]` with segment ids 0 and 1.
+
+As BERT and ELECTRA did it: a pair longer than max_seq_length is truncated longest-first (one
+token at a time from the end of the longer text, the second on a tie), a single text at its end;
+padding is id 0 after the last [SEP].
+"""
+
+import numpy as np
+
+from electra_jax.finetune.glue_data import Examples
+
+
+def truncated_lengths(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
+  """Lengths after removing tokens from the longer text until both fit in `budget`."""
+  while len_a + len_b > budget:
+    if len_a > len_b:
+      len_a -= 1
+    else:
+      len_b -= 1
+  return len_a, len_b
+
+
+def encode(examples: Examples, vocab, max_seq_length: int) -> dict[str, np.ndarray]:
+  """input_ids and segment_ids [N, max_seq_length] (int32) of the examples."""
+  ids_a = vocab.encode(examples.text_a)
+  ids_b = vocab.encode(examples.text_b) if examples.text_b is not None else None
+  count = len(ids_a)
+  input_ids = np.zeros((count, max_seq_length), np.int32)
+  segment_ids = np.zeros_like(input_ids)
+  for row in range(count):
+    a = ids_a[row]
+    if ids_b is None:
+      tokens = [vocab.cls_id, *a[:max_seq_length - 2], vocab.sep_id]
+      first = len(tokens)
+    else:
+      b = ids_b[row]
+      len_a, len_b = truncated_lengths(len(a), len(b), max_seq_length - 3)
+      tokens = [vocab.cls_id, *a[:len_a], vocab.sep_id, *b[:len_b], vocab.sep_id]
+      first = len_a + 2
+    input_ids[row, :len(tokens)] = tokens
+    segment_ids[row, first:len(tokens)] = 1
+  return {'input_ids': input_ids, 'segment_ids': segment_ids}
+
+
+def with_swapped_pairs(examples: Examples) -> Examples:
+  """The examples followed by each pair again as (B, A), with the same label."""
+  labels = examples.labels
+  return Examples(examples.text_a + examples.text_b, examples.text_b + examples.text_a,
+                  None if labels is None else np.concatenate([labels, labels]),
+                  examples.index + examples.index)
+
+
+def subset(examples: Examples, count: int, seed: int = 0) -> Examples:
+  """`count` examples drawn at random (fixed by `seed`), in their original order."""
+  if count <= 0 or count >= len(examples):
+    return examples
+  keep = np.sort(np.random.default_rng(seed).choice(len(examples), count, replace=False))
+  pick = lambda items: [items[i] for i in keep]
+  return Examples(pick(examples.text_a),
+                  None if examples.text_b is None else pick(examples.text_b),
+                  None if examples.labels is None else examples.labels[keep],
+                  pick(examples.index))

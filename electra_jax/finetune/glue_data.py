@@ -1,0 +1,203 @@
+"""GLUE examples from a local GLUE folder (<dir>/<TASK>/{train,dev,test}.tsv) or from TFDS.
+
+TSV files are read as GLUE ships them: UTF-8 with or without a byte-order mark (MRPC has one),
+tab-separated, and with NO quote processing: MRPC and QQP hold unmatched '"' characters that a
+CSV reader's quoting would silently merge with the following lines.
+
+TFDS datasets (glue/<config>) are read without TensorFlow, through data/tfds_source.py; they
+must already be prepared in the TFDS data_dir (`tfds build glue/<config>`).
+"""
+
+import csv
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from electra_jax.data import tfds_source
+from electra_jax.errors import UsageError
+from electra_jax.finetune.tasks import Columns, Task
+
+STS_RANGE = (0.0, 5.0)  # STS-B similarity scores
+
+
+class Examples(NamedTuple):
+  text_a: list[str]
+  text_b: list[str] | None     # None for single-sentence tasks
+  labels: np.ndarray | None    # int32 class ids (into task.labels) or float32 scores; None: test
+  index: list[str]             # what a submission file reports for each example
+
+  def __len__(self):
+    return len(self.text_a)
+
+
+def parse_label(task: Task, value: Any, where: str) -> int | float:
+  """A label as a class id or score; anything outside the task's set is the user's to fix."""
+  if task.is_regression:
+    try:
+      score = float(value)
+    except (TypeError, ValueError):
+      score = None
+    if score is None or not STS_RANGE[0] <= score <= STS_RANGE[1]:
+      raise UsageError(f'{where}: {task.name} label {value!r} is not a similarity score in '
+                       f'[{STS_RANGE[0]:g}, {STS_RANGE[1]:g}]')
+    return score
+  text = str(value).strip()
+  if text not in task.labels:
+    raise UsageError(f'{where}: {task.name} label {text!r} is not one of the task\'s labels '
+                     f'{list(task.labels)}; is this the {task.name} file?')
+  return task.labels.index(text)
+
+
+def _label_array(task: Task, labels: list) -> np.ndarray:
+  return np.asarray(labels, np.float32 if task.is_regression else np.int32)
+
+
+# ---- local GLUE folder ----------------------------------------------------------------------
+
+def task_dir(data_dir: str, task: Task) -> str:
+  """<data_dir>/<TASK>, also found under a spelling like sst2 or Sst-2."""
+  if not os.path.isdir(data_dir):
+    raise UsageError(f"GLUE data_dir '{data_dir}' is not a directory; point --config.data_dir at "
+                     'the folder holding CoLA/, SST-2/, MRPC/, ...')
+  wanted = task.name.lower().replace('-', '')
+  for name in sorted(os.listdir(data_dir)):
+    if name.lower().replace('-', '').replace('_', '') == wanted:
+      return os.path.join(data_dir, name)
+  raise UsageError(f"'{data_dir}' has no {task.name}/ folder; the GLUE layout is "
+                   f'<data_dir>/{task.name}/{{train,dev,test}}.tsv')
+
+
+def read_tsv(path: str) -> list[list[str]]:
+  """The rows of a TSV file, blank lines skipped, quotes taken literally."""
+  try:
+    with open(path, encoding='utf-8-sig', newline='') as f:
+      return [row for row in csv.reader(f, delimiter='\t', quoting=csv.QUOTE_NONE) if row]
+  except UnicodeDecodeError as e:
+    raise UsageError(f"'{path}' is not UTF-8 ({e}); GLUE files are UTF-8") from None
+
+
+def _positions(columns: Columns, header: list[str] | None, path: str, task: Task):
+  """Column positions of (text_a, text_b, label, index); None where a field is absent."""
+  fields = (columns.text_a, columns.text_b, columns.label, columns.index)
+  if header is None:
+    return fields
+  missing = [name for name in fields if name is not None and name not in header]
+  if missing:
+    raise UsageError(f"'{path}' has no column {', '.join(repr(m) for m in missing)} (its header: "
+                     f"{', '.join(header)}); a {task.name} file of this split has the columns "
+                     f"{', '.join(str(f) for f in fields if f is not None)}")
+  return tuple(None if name is None else header.index(name) for name in fields)
+
+
+def examples_from_rows(task: Task, rows: list[list[str]], columns: Columns,
+                       path: str) -> Examples:
+  """The examples of one TSV file's rows (its header, if the layout has one, first)."""
+  header = None
+  if columns.header:
+    if not rows:
+      raise UsageError(f"'{path}' is empty; a {task.name} file starts with its header line")
+    header, rows = [name.strip() for name in rows[0]], rows[1:]
+  a, b, label, index = _positions(columns, header, path, task)
+  needed = max(p for p in (a, b, label, index) if p is not None) + 1
+  text_a, text_b, labels, ids = [], [], [], []
+  first_line = 2 if header else 1
+  for line, row in enumerate(rows, start=first_line):
+    if len(row) < needed:
+      raise UsageError(f"'{path}' line {line} has {len(row)} tab-separated fields; {task.name} "
+                       f'needs at least {needed} here')
+    text_a.append(row[a])
+    if b is not None:
+      text_b.append(row[b])
+    if label is not None:
+      labels.append(parse_label(task, row[label], f"'{path}' line {line}"))
+    ids.append(row[index].strip() if index is not None else str(line - first_line))
+  if not text_a:
+    raise UsageError(f"'{path}' holds no examples")
+  return Examples(text_a, text_b if b is not None else None,
+                  _label_array(task, labels) if label is not None else None, ids)
+
+
+def read_local(data_dir: str, task: Task, file: str, labelled: bool,
+               required: bool = True) -> Examples | None:
+  """<data_dir>/<TASK>/<file>.tsv, or None for a file that is absent and not required."""
+  path = os.path.join(task_dir(data_dir, task), f'{file}.tsv')
+  if not os.path.isfile(path):
+    if not required:
+      return None
+    raise UsageError(f"'{path}' does not exist; the GLUE layout is "
+                     f'<data_dir>/{task.name}/{{train,dev,test}}.tsv')
+  columns = task.train_columns if labelled else task.test_columns
+  return examples_from_rows(task, read_tsv(path), columns, path)
+
+
+# ---- TFDS -----------------------------------------------------------------------------------
+
+def _text(value) -> str:
+  return value.decode('utf-8') if isinstance(value, bytes) else str(value)
+
+
+def examples_from_records(task: Task, records: Iterable[Mapping[str, Any]], labelled: bool,
+                          source: str) -> Examples:
+  """Examples of TFDS glue/<config> records (features as TFDS gives them: text as bytes)."""
+  text_a, text_b, labels, ids = [], [], [], []
+  for number, record in enumerate(records):
+    missing = [f for f in (*task.tfds_text, 'label') if f not in record]
+    if missing:
+      raise UsageError(f'{source} has no feature {", ".join(missing)} (it has '
+                       f'{", ".join(sorted(record))}); is it glue/{task.tfds_config}?')
+    text_a.append(_text(record[task.tfds_text[0]]))
+    if task.is_pair:
+      text_b.append(_text(record[task.tfds_text[1]]))
+    if labelled:
+      value = record['label']
+      if not task.is_regression:
+        value = int(value)
+        if not 0 <= value < len(task.labels):
+          raise UsageError(f'{source} record {number}: {task.name} class {value} is not in '
+                           f'0..{len(task.labels) - 1}; labelled splits need labels')
+        value = task.tfds_labels[value] if task.tfds_labels else str(value)
+      labels.append(parse_label(task, value, f'{source} record {number}'))
+    ids.append(str(int(record['idx'])) if 'idx' in record else str(number))
+  if not text_a:
+    raise UsageError(f'{source} holds no examples')
+  return Examples(text_a, text_b if task.is_pair else None,
+                  _label_array(task, labels) if labelled else None, ids)
+
+
+def read_tfds(tfds_name: str, data_dir: str, task: Task, split: str, labelled: bool,
+              required: bool = True) -> Examples | None:
+  name = f'{tfds_name}/{task.tfds_config}'
+  if not required:
+    splits = tfds_source.builder(name, data_dir).info.splits
+    if split not in splits:
+      return None
+  return examples_from_records(task, tfds_source.read_records(name, split, data_dir), labelled,
+                               f"TFDS {name} split '{split}'")
+
+
+# ---- either source --------------------------------------------------------------------------
+
+class GlueData(NamedTuple):
+  train: Examples
+  dev: dict[str, Examples]    # by Split.name (MNLI-m, MNLI-mm for MNLI)
+  test: dict[str, Examples]   # by submission name; absent splits are left out
+
+
+def load(task: Task, data_dir: str, tfds_name: str, tfds_data_dir: str,
+         with_test: bool = True) -> GlueData:
+  """Train, dev and (where present) test examples of `task` from the configured source."""
+  if data_dir:
+    read = lambda split, labelled, required=True: read_local(
+        data_dir, task, split.file if split else 'train', labelled, required)
+  else:
+    read = lambda split, labelled, required=True: read_tfds(
+        tfds_name, tfds_data_dir, task, split.tfds_split if split else 'train', labelled,
+        required)
+  train = read(None, True)
+  dev = {split.name: read(split, True) for split in task.dev}
+  test = {}
+  if with_test:
+    test = {split.name: read(split, False, False) for split in task.test}
+  return GlueData(train, dev, {k: v for k, v in test.items() if v is not None})

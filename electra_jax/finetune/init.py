@@ -1,0 +1,114 @@
+"""Where fine-tuning starts: a pretraining run, a Hugging Face ELECTRA directory, or nothing.
+
+  * a run workdir (config.json + checkpoints/): the latest checkpoint's `embeddings` and
+    `discriminator` parameters, the run's model config and its vocabulary; the generator is
+    dropped;
+  * a Hugging Face directory (ElectraForPreTraining, e.g. google/electra-small-discriminator, or
+    one holding discriminator/ as our export writes it): converted by electra_jax.hf;
+  * '' (random initialisation, the baseline): the model section and vocabulary of the config.
+
+Either way the task head starts at random, from each fine-tuning seed.
+"""
+
+import os
+from typing import Any, NamedTuple
+
+import jax
+import ml_collections
+import numpy as np
+
+from electra_jax import config as config_lib, model as pretrain_model
+from electra_jax.data import vocab as vocab_lib
+from electra_jax.errors import UsageError
+from electra_jax.finetune import model as model_lib
+from electra_jax.hf import exporting, importing, model_config
+
+ENCODER = ('embeddings', 'discriminator')  # the pretrained subtrees fine-tuning keeps
+
+
+class Start(NamedTuple):
+  model: ml_collections.ConfigDict   # a pretraining `model` section
+  vocab: Any                         # vocab.Vocab or wordpiece.WordPieceVocab
+  params: dict[str, Any] | None      # ENCODER subtrees (numpy); None = random initialisation
+  description: str                   # for logs and results.json
+
+
+def is_run(path: str) -> bool:
+  return os.path.isdir(os.path.join(path, 'checkpoints'))
+
+
+def from_run(workdir: str) -> Start:
+  run = exporting.load_run(workdir)  # checks the checkpoint against the run's own config
+  params = {name: run.params[name] for name in ENCODER}
+  return Start(run.config.model, run.vocab, params,
+               f'pretraining run {workdir} (step {run.step})')
+
+
+def from_hf(hf_dir: str, vocab_path: str = '') -> Start:
+  model_dirs = importing.find_model_dirs(hf_dir)
+  if 'discriminator' not in model_dirs:
+    raise UsageError(f"'{hf_dir}' holds only an ELECTRA generator (ElectraForMaskedLM); "
+                     'fine-tuning starts from the discriminator (ElectraForPreTraining)')
+  disc = {'discriminator': model_dirs['discriminator']}
+  source = os.path.join(disc['discriminator'].path, 'config.json')
+  model = model_config.from_hf(disc['discriminator'].config, None,
+                               config_lib.default_config().model, {'discriminator': source})
+  path = importing.find_vocab(disc, vocab_path or None)
+  vocab = importing.load_vocab_for(path, model, disc)
+  target = jax.eval_shape(lambda: pretrain_model.init_params(
+      pretrain_model.Electra(model), jax.random.PRNGKey(0), 1))
+  tree = importing.convert(disc, target)['discriminator']
+  return Start(model, vocab, {name: tree[name] for name in ENCODER},
+               f'Hugging Face {disc["discriminator"].path}')
+
+
+def random_start(model: ml_collections.ConfigDict, vocab_path: str) -> Start:
+  if not vocab_path:
+    raise UsageError('config.init_from is empty (random initialisation), so the model comes from '
+                     'config.model and the vocabulary from config.vocab: pass '
+                     '--config.vocab=PATH (a pretraining run\'s vocab.model or a vocab.txt)')
+  vocab = vocab_lib.load_vocab(vocab_path)
+  if vocab.size != model.vocab_size:
+    raise UsageError(f'the vocabulary {vocab_path} has {vocab.size} pieces but '
+                     f'config.model.vocab_size={model.vocab_size}; set '
+                     f'--config.model.vocab_size={vocab.size}')
+  return Start(ml_collections.ConfigDict(model.to_dict()), vocab, None, 'random initialisation')
+
+
+def load_start(config: ml_collections.ConfigDict) -> Start:
+  path = config.init_from
+  if not path:
+    return random_start(config.model, config.vocab)
+  if not os.path.isdir(path):
+    raise UsageError(f"config.init_from '{path}' is not a directory; pass a pretraining run's "
+                     'workdir, a Hugging Face ELECTRA directory, or \'\' for random init')
+  return from_run(path) if is_run(path) else from_hf(path, config.vocab)
+
+
+def _shapes(tree, prefix=()) -> dict[str, tuple]:
+  return {'/'.join(prefix + tuple(getattr(k, 'key', str(k)) for k in path)): tuple(np.shape(x))
+          for path, x in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+def check_fits(pretrained: dict[str, Any], wanted: dict[str, Any], description: str):
+  """Refuses pretrained subtrees whose tensors are not exactly the classifier's encoder's."""
+  have, want = _shapes(pretrained), _shapes({k: wanted[k] for k in ENCODER})
+  problems = [f'{n}: pretrained {have[n]}, model {want[n]}'
+              for n in want if n in have and have[n] != want[n]]
+  problems += [f'{n} missing from the pretrained parameters' for n in want if n not in have]
+  problems += [f'{n} is not in the fine-tuning model' for n in have if n not in want]
+  if problems:
+    more = f' (and {len(problems) - 3} more)' if len(problems) > 3 else ''
+    raise UsageError(f'the parameters of {description} do not fit the fine-tuning model: '
+                     f'{"; ".join(problems[:3])}{more}')
+
+
+def initial_params(model: model_lib.Classifier, start: Start, seed: int,
+                   max_seq_length: int) -> dict[str, Any]:
+  """A fresh head (and, for random init, encoder) from `seed`, with the pretrained encoder."""
+  params = jax.device_get(model_lib.init_params(model, jax.random.PRNGKey(seed),
+                                                max_seq_length))
+  if start.params is None:
+    return params
+  check_fits(start.params, params, start.description)
+  return {**params, **{k: jax.tree.map(np.asarray, start.params[k]) for k in ENCODER}}

@@ -1,0 +1,47 @@
+"""The fine-tuning network: ELECTRA's discriminator encoder with a task head on [CLS].
+
+Its parameter tree holds `embeddings` and `discriminator` exactly as the pretraining model
+`Electra` names them, so a pretrained checkpoint's subtrees drop in unchanged, plus `classifier`,
+the new head: [CLS] vector -> dropout -> one dense layer (num_labels logits, or 1 score for a
+regression task). As in the original there is no pooler, and the head is initialised with
+Glorot-uniform (TensorFlow's default for a dense layer given no initializer).
+"""
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from electra_jax.model import Embeddings, Encoder
+
+
+class Classifier(nn.Module):
+  config: ml_collections.ConfigDict  # a pretraining run's `model` section
+  num_outputs: int
+  head_dropout_rate: float = 0.1
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, input_ids, segment_ids, deterministic: bool = True):
+    c = self.config
+    embedded = Embeddings(c.vocab_size, c.embedding_size, c.max_position_embeddings,
+                          c.type_vocab_size, c.dropout_rate, self.dtype, name='embeddings')(
+                              input_ids, segment_ids, deterministic)
+    hidden = Encoder(hidden_size=c.hidden_size, num_layers=c.num_layers, num_heads=c.num_heads,
+                     intermediate_size=c.intermediate_size, dropout_rate=c.dropout_rate,
+                     attention_dropout_rate=c.attention_dropout_rate, dtype=self.dtype,
+                     name='discriminator')(embedded, input_ids != 0, deterministic)
+    first = nn.Dropout(self.head_dropout_rate)(hidden[:, 0], deterministic=deterministic)
+    return nn.Dense(self.num_outputs, kernel_init=nn.initializers.glorot_uniform(),
+                    dtype=jnp.float32, name='classifier')(first)
+
+
+def init_params(model: Classifier, rng, max_seq_length: int):
+  ids = jnp.zeros((1, max_seq_length), jnp.int32)
+  return model.init({'params': rng}, ids, ids)['params']
+
+
+def param_shapes(model: Classifier, max_seq_length: int):
+  return jax.eval_shape(lambda: init_params(model, jax.random.PRNGKey(0), max_seq_length))

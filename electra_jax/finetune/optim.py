@@ -1,0 +1,76 @@
+"""The fine-tuning optimizer: pretraining's AdamW and schedule, with layer-wise LR decay.
+
+Layer-wise learning-rate decay (ELECTRA, after ULMFiT/BERT practice) lowers the learning rate
+of each layer by a factor `decay` per layer counted down from the top, so the layers nearest the
+input, which hold the most general features, change least:
+
+  classifier (the new head)          lr
+  top encoder layer (layer_{L-1})    lr * decay
+  layer_i                            lr * decay^(L - i)
+  embeddings and embeddings_project  lr * decay^(L + 1)   (the deepest)
+
+The original implementation gave the top layer decay^2 (and everything below one more power):
+its depth count kept a slot for a pooler that ELECTRA removed. We count without that gap.
+The factors scale the whole update (Adam direction plus decoupled weight decay), after the
+warmup x linear-decay schedule, as the original scaled its per-layer learning rate.
+"""
+
+import re
+
+import jax
+import ml_collections
+import optax
+
+from electra_jax import optim as pretrain_optim
+
+_LAYER = re.compile(r'layer_(\d+)$')
+
+
+def layer_depth(path: tuple[str, ...], num_layers: int) -> int:
+  """Layers between a parameter and the top: 0 for the head, L + 1 for the embeddings."""
+  if path[0] == 'embeddings' or 'embeddings_project' in path:
+    return num_layers + 1
+  if path[0] == 'discriminator':
+    match = next(m for m in map(_LAYER.match, path) if m)
+    return num_layers - int(match.group(1))
+  return 0  # the task head
+
+
+def layer_factors(params, num_layers: int, decay: float):
+  """A tree like `params` holding each parameter's learning-rate factor decay^depth."""
+  def factor(path, _):
+    names = tuple(getattr(k, 'key', str(k)) for k in path)
+    return decay ** layer_depth(names, num_layers)
+  return jax.tree_util.tree_map_with_path(factor, params)
+
+
+def scale_by_tree(factors) -> optax.GradientTransformation:
+  """Multiplies each update by its fixed factor (a tree of Python floats)."""
+  def update(updates, state, params=None):
+    del params
+    return jax.tree.map(lambda u, f: u * f, updates, factors), state
+  return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+
+
+def make_optimizer(config: ml_collections.ConfigDict, params, num_layers: int,
+                   total_steps: int) -> optax.GradientTransformation:
+  """clip -> Adam -> weight decay -> schedule -> layer-wise factors (config: the resolved one)."""
+  schedule = learning_rate_schedule(config, total_steps)
+  if config.adam_bias_correction:
+    adam = optax.scale_by_adam(b1=config.adam_b1, b2=config.adam_b2, eps=config.adam_eps)
+  else:
+    adam = pretrain_optim.scale_by_adam_without_bias_correction(config.adam_b1, config.adam_b2,
+                                                                config.adam_eps)
+  return optax.chain(
+      optax.clip_by_global_norm(config.max_grad_norm),
+      adam,
+      optax.add_decayed_weights(config.weight_decay, mask=pretrain_optim.decay_mask),
+      optax.scale_by_learning_rate(schedule),
+      scale_by_tree(layer_factors(params, num_layers, config.layer_decay)),
+  )
+
+
+def learning_rate_schedule(config: ml_collections.ConfigDict, total_steps: int):
+  """The head's learning rate: warmup over warmup_proportion of the steps x linear decay."""
+  warmup = int(round(config.warmup_proportion * total_steps))
+  return pretrain_optim.learning_rate_schedule(config.learning_rate, warmup, total_steps)

@@ -1,0 +1,61 @@
+"""The fine-tuning config resolved: the paper's recipe filled in for the task and model size.
+
+Fields left at 0 ('auto' for size) take the values of ELECTRA's fine-tuning recipe; the
+resolved config, with every number used, is what DIR/config.json records.
+"""
+
+import ml_collections
+
+from electra_jax.errors import UsageError
+from electra_jax.finetune.tasks import Task
+
+# Per model size: peak learning rate and layer-wise decay (ELECTRA paper, Appendix).
+SIZES = {'small': (3e-4, 0.8), 'base': (1e-4, 0.8), 'large': (5e-5, 0.9)}
+
+
+def infer_size(model: ml_collections.ConfigDict) -> str:
+  """small / base / large by the discriminator's width (smaller models count as small)."""
+  if model.hidden_size >= 1024:
+    return 'large'
+  return 'base' if model.hidden_size >= 768 else 'small'
+
+
+def parse_seeds(seeds: str) -> list[int]:
+  try:
+    parsed = [int(s) for s in str(seeds).replace(' ', '').split(',') if s]
+  except ValueError:
+    parsed = []
+  if not parsed or len(set(parsed)) != len(parsed):
+    raise UsageError(f'config.seeds={seeds!r}: give distinct integers separated by commas, '
+                     'e.g. --config.seeds=0,1,2,3,4')
+  return parsed
+
+
+def resolve(config: ml_collections.ConfigDict, task: Task, model: ml_collections.ConfigDict,
+            num_devices: int) -> ml_collections.ConfigDict:
+  """A copy of `config` with task, size, learning rate, decay and epochs made explicit."""
+  c = ml_collections.ConfigDict(config.to_dict())
+  c.task = task.name
+  c.model = ml_collections.ConfigDict(model.to_dict())
+  if c.size == 'auto':
+    c.size = infer_size(model)
+  if c.size not in SIZES:
+    raise UsageError(f"config.size={c.size!r}: use 'auto', 'small', 'base' or 'large'")
+  learning_rate, layer_decay = SIZES[c.size]
+  c.learning_rate = c.learning_rate or learning_rate
+  c.layer_decay = c.layer_decay or layer_decay
+  c.num_epochs = c.num_epochs or float(task.epochs)
+  parse_seeds(c.seeds)
+  if c.dtype not in ('float32', 'bfloat16'):
+    raise UsageError(f"config.dtype={c.dtype!r}: use 'float32' or 'bfloat16'")
+  if c.max_seq_length > model.max_position_embeddings:
+    raise UsageError(f'config.max_seq_length={c.max_seq_length} exceeds the model\'s '
+                     f'max_position_embeddings={model.max_position_embeddings}')
+  for name in ('batch_size', 'eval_batch_size'):
+    if c[name] <= 0 or c[name] % num_devices:
+      raise UsageError(f'config.{name}={c[name]} must be a positive multiple of the '
+                       f'{num_devices} devices')
+  if c.num_epochs <= 0 or c.learning_rate <= 0 or not 0 < c.layer_decay <= 1:
+    raise UsageError('config.num_epochs and learning_rate must be positive and layer_decay in '
+                     '(0, 1] (1 turns the decay off)')
+  return c

@@ -1,0 +1,193 @@
+"""Fine-tuning on one GLUE task, for several seeds: data -> model -> compiled step -> scores.
+
+The step is pretraining's shape: one jitted function over the device mesh's `data` axis, the
+batch sharded on it, parameters and optimizer state replicated and donated. It is compiled once
+and reused by every seed (the seeds change values, never shapes).
+
+Steps = int(train examples x epochs / batch), as the original computed them; batches are
+consecutive slices of a concatenation of per-epoch shuffles drawn from the seed.
+"""
+
+import functools
+import json
+import os
+import time
+from typing import Any, NamedTuple
+
+from absl import logging
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from electra_jax import config as config_lib, train as pretrain
+from electra_jax.finetune import features, glue_data, init, metrics, results, settings, tasks
+from electra_jax.finetune import model as model_lib, optim
+
+DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
+
+
+def loss_fn(params, batch, rng, *, model, regression: bool):
+  outputs = model.apply({'params': params}, batch['input_ids'], batch['segment_ids'],
+                        deterministic=False, rngs={'dropout': rng})
+  if regression:
+    return jnp.mean(jnp.square(outputs[:, 0] - batch['labels']))
+  return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(outputs, batch['labels']))
+
+
+def train_step(state, batch, rng, *, model, optimizer, regression):
+  loss, grads = jax.value_and_grad(functools.partial(loss_fn, model=model,
+                                                     regression=regression))(
+                                                         state.params, batch, rng)
+  updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  return state.replace(step=state.step + 1, params=params, opt_state=opt_state), loss
+
+
+def predict_step(params, batch, *, model):
+  return model.apply({'params': params}, batch['input_ids'], batch['segment_ids'])
+
+
+class Compiled(NamedTuple):
+  step: Any
+  predict: Any
+  optimizer: optax.GradientTransformation
+  replicated: NamedSharding
+  batch_sharding: NamedSharding
+
+
+def compile_steps(model, optimizer, regression, mesh) -> Compiled:
+  replicated, batch_sharding = NamedSharding(mesh, P()), NamedSharding(mesh, P('data'))
+  step = jax.jit(functools.partial(train_step, model=model, optimizer=optimizer,
+                                   regression=regression),
+                 in_shardings=(replicated, batch_sharding, replicated),
+                 out_shardings=(replicated, replicated), donate_argnums=0)
+  predict = jax.jit(functools.partial(predict_step, model=model),
+                    in_shardings=(replicated, batch_sharding), out_shardings=batch_sharding)
+  return Compiled(step, predict, optimizer, replicated, batch_sharding)
+
+
+def batch_order(num_examples: int, batch_size: int, steps: int, seed: int) -> np.ndarray:
+  """[steps, batch_size] example indices: per-epoch shuffles, concatenated and sliced."""
+  rng = np.random.default_rng(seed)
+  epochs = -(-steps * batch_size // num_examples)
+  order = np.concatenate([rng.permutation(num_examples) for _ in range(epochs)])
+  return order[:steps * batch_size].reshape(steps, batch_size)
+
+
+def predict(predict_fn, params, inputs, batch_size, batch_sharding) -> np.ndarray:
+  """Model outputs [N, outputs] in eval mode; the last batch is padded with empty rows."""
+  count = len(inputs['input_ids'])
+  outputs = []
+  for start in range(0, count, batch_size):
+    batch = {k: v[start:start + batch_size] for k, v in inputs.items()}
+    rows = len(batch['input_ids'])
+    batch = {k: np.pad(v, ((0, batch_size - rows), (0, 0))) for k, v in batch.items()}
+    out = predict_fn(params, jax.device_put(batch, batch_sharding))
+    outputs.append(np.asarray(jax.device_get(out))[:rows])
+  return np.concatenate(outputs)
+
+
+def to_predictions(task, outputs: np.ndarray) -> np.ndarray:
+  return outputs[:, 0] if task.is_regression else np.argmax(outputs, axis=-1)
+
+
+def train_examples(config, task, data):
+  examples = features.subset(data.train, config.max_train_examples)
+  used = len(examples)
+  if task.swap_pairs and config.swap_pairs:
+    examples = features.with_swapped_pairs(examples)
+  return examples, used
+
+
+def fine_tune_seed(config, task, seed, start, model, compiled, train_inputs, eval_inputs,
+                   total_steps, schedule, log):
+  """Trains from a fresh head (seed) and returns (dev metrics by split, test predictions)."""
+  step_fn, predict_fn, optimizer, replicated, batch_sharding = compiled
+  params = init.initial_params(model, start, seed, config.max_seq_length)
+  # Head and dropout keys both come from the seed; every leaf is replicated on the mesh, as the
+  # compiled step expects (so no seed triggers a second compilation).
+  state = jax.device_put(pretrain.TrainState(
+      step=np.zeros([], np.int32), params=params, opt_state=optimizer.init(params),
+      rng=jax.random.fold_in(jax.random.PRNGKey(seed), 1)), replicated)
+  order = batch_order(len(train_inputs['labels']), config.batch_size, total_steps, seed)
+  window, started = [], time.perf_counter()
+  for step, rows in enumerate(order):
+    batch = jax.device_put({k: v[rows] for k, v in train_inputs.items()}, batch_sharding)
+    state, loss = step_fn(state, batch, jax.random.fold_in(state.rng, step))
+    window.append(loss)
+    done = step + 1
+    if done % config.log_every == 0 or done == total_steps:
+      mean_loss = float(np.mean(jax.device_get(window)))
+      log({'seed': seed, 'step': done, 'loss': mean_loss,
+           'learning_rate': float(schedule(step)),
+           'steps_per_s': len(window) / (time.perf_counter() - started)})
+      window, started = [], time.perf_counter()
+  scores, test_predictions = {}, {}
+  for name, (inputs, labels) in eval_inputs['dev'].items():
+    predictions = to_predictions(task, predict(predict_fn, state.params, inputs,
+                                               config.eval_batch_size, batch_sharding))
+    scores[name] = metrics.compute(task.metrics, labels, predictions)
+  for name, inputs in eval_inputs['test'].items():
+    test_predictions[name] = to_predictions(task, predict(
+        predict_fn, state.params, inputs, config.eval_batch_size, batch_sharding))
+  return scores, test_predictions
+
+
+def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Fine-tunes every seed of `config` on its task; writes DIR/results.json and submissions."""
+  task = tasks.get_task(config.task)
+  settings.parse_seeds(config.seeds)
+  start = init.load_start(config)
+  config = settings.resolve(config, task, start.model, jax.device_count())
+  data = glue_data.load(task, config.data_dir, config.tfds_name, config.tfds_data_dir,
+                        config.predict_test)
+  train_set, used = train_examples(config, task, data)
+  train_inputs = {**features.encode(train_set, start.vocab, config.max_seq_length),
+                  'labels': train_set.labels}
+  eval_inputs = {
+      'dev': {name: (features.encode(ex, start.vocab, config.max_seq_length), ex.labels)
+              for name, ex in data.dev.items()},
+      'test': {name: features.encode(ex, start.vocab, config.max_seq_length)
+               for name, ex in data.test.items()}}
+  total_steps = max(1, int(len(train_set) * config.num_epochs / config.batch_size))
+
+  os.makedirs(workdir, exist_ok=True)
+  config_lib.save_config(config, workdir)
+  model = model_lib.Classifier(start.model, task.num_outputs, config.head_dropout,
+                               DTYPES[config.dtype])
+  shapes = model_lib.param_shapes(model, config.max_seq_length)
+  optimizer = optim.make_optimizer(config, shapes, start.model.num_layers, total_steps)
+  compiled = compile_steps(model, optimizer, task.is_regression, pretrain.make_mesh())
+  schedule = optim.learning_rate_schedule(config, total_steps)
+  logging.info('%s from %s: %d training examples (%d used, %d with swapped pairs), %d steps of '
+               '%d, lr %g, layer decay %g, seeds %s', task.name, start.description,
+               len(data.train), used, len(train_set), total_steps, config.batch_size,
+               config.learning_rate, config.layer_decay, config.seeds)
+
+  metrics_path = os.path.join(workdir, 'metrics.jsonl')
+  with open(metrics_path, 'w') as metrics_file:
+    def log(record):
+      metrics_file.write(json.dumps(record) + '\n')
+      metrics_file.flush()
+      logging.info('seed %d step %d/%d | loss %.4f | lr %.2e | %.1f steps/s', record['seed'],
+                   record['step'], total_steps, record['loss'], record['learning_rate'],
+                   record['steps_per_s'])
+
+    per_seed, predictions = {}, {}
+    started = time.perf_counter()
+    for seed in settings.parse_seeds(config.seeds):
+      per_seed[seed], predictions[seed] = fine_tune_seed(
+          config, task, seed, start, model, compiled, train_inputs, eval_inputs, total_steps,
+          schedule, log)
+      logging.info('seed %d: %s', seed, results.format_scores(per_seed[seed]))
+  budget = {'train_examples': used, 'train_pairs_with_swaps': len(train_set),
+            'steps': total_steps, 'batch_size': config.batch_size,
+            'epochs': config.num_epochs, 'max_seq_length': config.max_seq_length,
+            'seconds': round(time.perf_counter() - started, 1)}
+  summary = results.write(workdir, task, config, start.description, budget, per_seed,
+                          predictions, data.test)
+  pretrain.check_compiled_once(compiled.step)
+  return summary

@@ -1,0 +1,105 @@
+"""The run directory's own files, in a local directory or at a URI (gs://, s3://).
+
+On a multi-host TPU slice every host writes parts of each Orbax checkpoint, so a pod run's
+workdir is a Cloud Storage folder that all of them reach. Local paths go through the os module
+as they always have; URIs through etils.epath, which reaches object stores with fsspec (gcsfs
+for gs://, s3fs for s3://). Object stores have no rename and no append, but an object is
+replaced whole and atomically, so a file at a URI is always written in one piece.
+
+What must stay local (prepared examples, which are memory-mapped, and the vocabulary file
+sentencepiece loads) lives in data.local_dir; see input_pipeline.local_dir.
+"""
+
+import importlib.util
+import os
+import shutil
+
+from etils import epath
+
+from electra_jax.errors import UsageError
+
+# URI scheme: the modules reading and writing a run there needs, and how to install them.
+# gs:// and s3:// are the object stores both epath (through fsspec) and tensorboardX write to;
+# tensorboardX's gs:// event writer needs google-cloud-storage, its s3:// one boto3.
+SCHEMES = {
+    'gs': (('gcsfs', 'google.cloud.storage'),
+           "pip install 'electra_jax[gcs]' (gcsfs and google-cloud-storage)"),
+    's3': (('s3fs', 'boto3'), 'pip install s3fs boto3'),
+}
+
+
+def is_uri(path: str) -> bool:
+  return '://' in path
+
+
+def _installed(module: str) -> bool:
+  try:
+    return importlib.util.find_spec(module) is not None
+  except ImportError:  # a parent package (google.cloud) is missing
+    return False
+
+
+def check_uri(path: str, setting: str):
+  """Raises UsageError unless `path` is local or a URI whose file system is installed."""
+  if not is_uri(path):
+    return
+  scheme = path.split('://', 1)[0]
+  if scheme not in SCHEMES:
+    raise UsageError(f"{setting}='{path}': {scheme}:// is not supported; use a local path, "
+                     'gs:// or s3://')
+  modules, install = SCHEMES[scheme]
+  missing = [module for module in modules if not _installed(module)]
+  if missing:
+    raise UsageError(f"{setting}='{path}' needs {' and '.join(missing)}, which electra_jax "
+                     f'does not install by default: {install}')
+
+
+def exists(path: str) -> bool:
+  return epath.Path(path).exists() if is_uri(path) else os.path.exists(path)
+
+
+def is_file(path: str) -> bool:
+  return epath.Path(path).is_file() if is_uri(path) else os.path.isfile(path)
+
+
+def is_dir(path: str) -> bool:
+  return epath.Path(path).is_dir() if is_uri(path) else os.path.isdir(path)
+
+
+def makedirs(path: str):
+  # An object store has no directories: a folder exists once an object below it does.
+  if not is_uri(path):
+    os.makedirs(path, exist_ok=True)
+
+
+def read_text(path: str) -> str:
+  if is_uri(path):
+    return epath.Path(path).read_text()
+  with open(path) as f:
+    return f.read()
+
+
+def write_text(path: str, text: str):
+  """Replaces `path` atomically: a local file through a temporary file and a rename."""
+  if is_uri(path):
+    epath.Path(path).write_text(text)
+    return
+  with open(path + '.tmp', 'w') as f:
+    f.write(text)
+  os.replace(path + '.tmp', path)
+
+
+def copy_file(source: str, target: str):
+  """Copies a file between local paths and URIs, either way; the target appears whole."""
+  if not is_uri(source) and not is_uri(target):
+    shutil.copyfile(source, target + '.tmp')
+    os.replace(target + '.tmp', target)
+    return
+  data = epath.Path(source).read_bytes()
+  if is_uri(target):
+    epath.Path(target).write_bytes(data)
+    return
+  os.makedirs(os.path.dirname(target) or '.', exist_ok=True)
+  with open(target + '.tmp', 'wb') as f:
+    f.write(data)
+  os.replace(target + '.tmp', target)

@@ -1,0 +1,276 @@
+"""GLUE fine-tuning end to end, at tiny sizes: layer-wise learning rates, starting from a
+pretraining run, from a Hugging Face directory (command line) and from random init; results,
+submission files, the summary command and one-line errors."""
+
+import json
+import os
+import subprocess
+import sys
+
+os.environ.setdefault('HF_HUB_OFFLINE', '1')
+
+import jax
+import numpy as np
+import optax
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from conftest import REPO, load_config
+from electra_jax import checkpoint, config as config_lib, optim as pretrain_optim, train
+from electra_jax.errors import UsageError
+from electra_jax.finetune import init, model as model_lib, optim
+from electra_jax.finetune import train as finetune
+
+GLUE_CONFIG = str(REPO / 'configs' / 'finetune' / 'glue.py')
+WORDS = ('the a cat dog sat ran on mat fast slow good bad film was is not very it and '
+         'who what why how').split()
+TINY = dict(embedding_size=16, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+            max_position_embeddings=64)
+
+
+def write_vocab(path):
+  pieces = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', '.', '"', '?', *WORDS]
+  path.write_text('\n'.join(pieces) + '\n')
+  return len(pieces)
+
+
+def sentences(rng, count):
+  return [' '.join(rng.choice(WORDS, rng.integers(3, 12))) + '.' for _ in range(count)]
+
+
+def glue_folder(root):
+  """Small MRPC (BOM, quotes), SST-2 and STS-B folders in GLUE's layout."""
+  rng = np.random.default_rng(0)
+  mrpc = '\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n'
+  (root / 'MRPC').mkdir(parents=True)
+  for split, count in (('train', 32), ('dev', 12)):
+    rows = [f'{i % 2}\t{i}\t{i + 1}\t"{a}\t{b}' for i, (a, b) in
+            enumerate(zip(sentences(rng, count), sentences(rng, count)))]
+    (root / 'MRPC' / f'{split}.tsv').write_text(mrpc + '\n'.join(rows) + '\n')
+  (root / 'MRPC' / 'test.tsv').write_text(
+      'index\t#1 ID\t#2 ID\t#1 String\t#2 String\n' + '\n'.join(
+          f'{i}\t1\t2\t{a}\t{b}' for i, (a, b) in enumerate(zip(sentences(rng, 5),
+                                                               sentences(rng, 5)))) + '\n')
+  (root / 'SST-2').mkdir()
+  for split, count in (('train', 24), ('dev', 8)):
+    (root / 'SST-2' / f'{split}.tsv').write_text('sentence\tlabel\n' + '\n'.join(
+        f'{s}\t{i % 2}' for i, s in enumerate(sentences(rng, count))) + '\n')
+  (root / 'STS-B').mkdir()
+  header = 'index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore'
+  for split, count in (('train', 16), ('dev', 8)):
+    rows = [f'{i}\tg\tf\t2012\t{i}\tnone\tnone\t{a}\t{b}\t{i % 6 * 0.8:.3f}' for i, (a, b) in
+            enumerate(zip(sentences(rng, count), sentences(rng, count)))]
+    (root / 'STS-B' / f'{split}.tsv').write_text(header + '\n' + '\n'.join(rows) + '\n')
+  return root
+
+
+@pytest.fixture(scope='module')
+def files(tmp_path_factory):
+  root = tmp_path_factory.mktemp('finetune')
+  vocab_size = write_vocab(root / 'vocab.txt')
+  return root, glue_folder(root / 'glue'), vocab_size
+
+
+def tiny_model(vocab_size):
+  model = config_lib.default_config().model
+  model.update(vocab_size=vocab_size, **TINY)
+  return model
+
+
+def finetune_config(**overrides):
+  config = config_lib.load_config_file(GLUE_CONFIG)
+  config.update(max_seq_length=32, batch_size=8, eval_batch_size=8, num_epochs=1.0, log_every=4)
+  config.update(overrides)
+  return config
+
+
+# ---- layer-wise learning rates --------------------------------------------------------------
+
+def test_layer_wise_learning_rates_on_the_real_parameter_tree():
+  model = model_lib.Classifier(tiny_model(40), num_outputs=3)
+  params = jax.device_get(jax.jit(lambda rng: model_lib.init_params(model, rng, 16))(
+      jax.random.PRNGKey(0)))
+  factors = optim.layer_factors(params, num_layers=2, decay=0.8)
+  flat = {jax.tree_util.keystr(k): v for k, v in jax.tree_util.tree_leaves_with_path(factors)}
+  expect = lambda fragment: {v for k, v in flat.items() if fragment in k}
+  assert expect("['classifier']") == {1.0}                       # the head: the full rate
+  assert expect("['layer_1']") == {0.8}                          # top layer: decay^1
+  assert expect("['layer_0']") == {0.8 ** 2}                     # each layer decay x the above
+  assert expect("['embeddings']") == {0.8 ** 3}                  # the smallest
+  assert expect("['embeddings_project']") == {0.8 ** 3}
+
+  # The whole optimizer: updates with decay 0.8 are exactly the factors times those without,
+  # and those follow the warmup x linear-decay schedule times Adam's direction.
+  config = finetune_config(learning_rate=1e-3, warmup_proportion=0.25, weight_decay=0.0)
+  grads = jax.tree.map(lambda x: np.random.default_rng(1).normal(size=x.shape).astype(np.float32),
+                       params)
+  total = 8
+  updates = {}
+  for decay in (0.8, 1.0):
+    optimizer = optim.make_optimizer(_with(config, layer_decay=decay), params, 2, total)
+    state, updates[decay], update = optimizer.init(params), [], jax.jit(optimizer.update)
+    for _ in range(3):
+      step_updates, state = update(grads, state, params)
+      updates[decay].append(step_updates)
+  direction = optax.chain(optax.clip_by_global_norm(1.0),
+                          pretrain_optim.scale_by_adam_without_bias_correction(0.9, 0.999, 1e-6))
+  direction_state, direction_update = direction.init(params), jax.jit(direction.update)
+  schedule = optim.learning_rate_schedule(config, total)
+  assert [float(schedule(s)) for s in range(3)] == pytest.approx([0, 1e-3 * 7 / 8 / 2, 7.5e-4])
+  for step in range(3):
+    adam, direction_state = direction_update(grads, direction_state, params)
+    for path, factor in jax.tree_util.tree_leaves_with_path(factors):
+      get = lambda tree: np.asarray(_get(tree, path))
+      np.testing.assert_allclose(get(updates[1.0][step]), -float(schedule(step)) * get(adam),
+                                 rtol=1e-5, atol=1e-12)
+      np.testing.assert_allclose(get(updates[0.8][step]), factor * get(updates[1.0][step]),
+                                 rtol=1e-6, atol=1e-12)
+
+
+def _with(config, **changes):
+  copy = config.copy_and_resolve_references()
+  copy.update(changes)
+  return copy
+
+
+def _get(tree, path):
+  for key in path:
+    tree = tree[key.key]
+  return tree
+
+
+# ---- from a pretraining run -----------------------------------------------------------------
+
+@pytest.fixture(scope='module')
+def pretraining_run(files):
+  """A run workdir as electra_jax.main leaves it: config.json, vocab, an Orbax checkpoint."""
+  root, _, vocab_size = files
+  workdir = root / 'run'
+  config = load_config('tiny')
+  config.model.update(vocab_size=vocab_size, generator_hidden_size=16, **TINY)
+  config.max_seq_length = 32
+  model, optimizer = train.make_model(config), pretrain_optim.make_optimizer(config)
+  state = train.create_train_state(config, model, optimizer,
+                                   NamedSharding(train.make_mesh(), P()))
+  manager = checkpoint.make_manager(str(workdir), 1)
+  checkpoint.save(manager, 7, state)
+  manager.wait_until_finished()
+  manager.close()
+  config_lib.save_config(config, str(workdir))
+  (workdir / 'vocab.txt').write_text((root / 'vocab.txt').read_text())
+  return workdir, jax.device_get(state.params)
+
+
+def test_fine_tune_from_a_pretraining_run(files, pretraining_run, tmp_path):
+  _, glue, _ = files
+  workdir, pretrained = pretraining_run
+  config = finetune_config(task='mrpc', init_from=str(workdir), data_dir=str(glue), seeds='3,1')
+  start = init.load_start(config)
+  assert start.description.endswith('(step 7)') and start.model.hidden_size == 32
+  model = model_lib.Classifier(start.model, 2)
+  params = init.initial_params(model, start, 0, 32)
+  assert set(params) == {'embeddings', 'discriminator', 'classifier'}  # no generator
+  for name in init.ENCODER:
+    for ours, theirs in zip(jax.tree.leaves(params[name]), jax.tree.leaves(pretrained[name])):
+      np.testing.assert_array_equal(ours, theirs)
+
+  out = tmp_path / 'mrpc'
+  summary = finetune.fine_tune(config, str(out))
+  saved = json.loads((out / 'results.json').read_text())
+  assert saved == json.loads(json.dumps(summary))
+  assert saved['task'] == 'MRPC' and set(saved['seeds']) == {'3', '1'}
+  assert set(saved['median']['MRPC']) == {'accuracy', 'f1'}
+  # 32 pairs and their 32 swaps, one epoch of batches of 8.
+  assert saved['budget']['steps'] == 8 and saved['budget']['train_pairs_with_swaps'] == 64
+  resolved = json.loads((out / 'config.json').read_text())
+  assert resolved['size'] == 'small' and resolved['learning_rate'] == 3e-4
+  assert resolved['layer_decay'] == 0.8 and resolved['num_epochs'] == 1.0
+  lines = (out / 'MRPC.tsv').read_text().splitlines()
+  assert lines[0] == 'index\tprediction' and len(lines) == 6
+  assert {line.split('\t')[1] for line in lines[1:]} <= {'0', '1'}
+  assert (out / 'seed_1' / 'MRPC.tsv').exists() and (out / 'seed_3' / 'MRPC.tsv').exists()
+  assert saved['submission_seed'] in (1, 3)
+  records = [json.loads(line) for line in (out / 'metrics.jsonl').read_text().splitlines()]
+  assert [r['step'] for r in records if r['seed'] == 3] == [4, 8]
+
+
+def test_a_checkpoint_that_does_not_fit_is_refused(files, pretraining_run):
+  workdir, pretrained = pretraining_run
+  start = init.Start(tiny_model(files[2]), None, {k: pretrained[k] for k in init.ENCODER}, 'X')
+  wider = tiny_model(files[2])
+  wider.intermediate_size = 128
+  with pytest.raises(UsageError, match=r'parameters of X do not fit.*intermediate/kernel: '
+                                       r'pretrained \(32, 64\), model \(32, 128\)'):
+    init.initial_params(model_lib.Classifier(wider, 2), start, 0, 32)
+
+
+def test_random_init_regression(files, tmp_path):
+  root, glue, vocab_size = files
+  config = finetune_config(task='STS-B', data_dir=str(glue), vocab=str(root / 'vocab.txt'),
+                           num_epochs=2.0)
+  with pytest.raises(UsageError, match=f'has {vocab_size} pieces but config.model.vocab_size'):
+    finetune.fine_tune(config, str(tmp_path / 'wrong'))
+  config.model.update(vocab_size=vocab_size, **TINY)
+  summary = finetune.fine_tune(config, str(tmp_path / 'stsb'))
+  assert summary['init'] == 'random initialisation' and summary['budget']['steps'] == 8
+  assert set(summary['median']['STS-B']) == {'spearman', 'pearson'}
+  assert summary['score_metric'] == 'STS-B spearman'
+  assert not (tmp_path / 'stsb' / 'STS-B.tsv').exists()  # this folder has no test split
+
+
+# ---- command lines --------------------------------------------------------------------------
+
+def cli(module, *args):
+  env = {**os.environ, 'JAX_PLATFORMS': 'cpu', 'JAX_NUM_CPU_DEVICES': '1'}
+  return subprocess.run([sys.executable, '-m', module, *map(str, args)], env=env, cwd=REPO,
+                        capture_output=True, text=True, timeout=300)
+
+
+def test_hugging_face_directory_fine_tunes_from_the_command_line(files, tmp_path):
+  transformers = pytest.importorskip('transformers')
+  import torch  # pylint: disable=g-import-not-at-top
+  root, glue, vocab_size = files
+  torch.manual_seed(0)
+  hf_dir = tmp_path / 'electra-discriminator'
+  transformers.ElectraForPreTraining(transformers.ElectraConfig(
+      vocab_size=vocab_size, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+      num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)).save_pretrained(
+          hf_dir)
+  (hf_dir / 'vocab.txt').write_text((root / 'vocab.txt').read_text())
+  out = tmp_path / 'sst2'
+  result = cli('electra_jax.finetune', f'--config={GLUE_CONFIG}', '--config.task=SST-2',
+               f'--config.init_from={hf_dir}', f'--config.data_dir={glue}', f'--workdir={out}',
+               '--config.seeds=0,1', '--config.max_seq_length=32', '--config.batch_size=8',
+               '--config.eval_batch_size=8')
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'SST-2: SST-2 accuracy' in result.stdout and '(median of 2 seed(s))' in result.stdout
+  summary = json.loads((out / 'results.json').read_text())
+  assert summary['init'].startswith('Hugging Face') and summary['budget']['steps'] == 9
+
+  table = cli('electra_jax.finetune_summary', out, tmp_path / 'missing')
+  assert table.returncode != 0 and 'holds no results.json' in table.stderr
+  table = cli('electra_jax.finetune_summary', out)
+  assert table.returncode == 0, table.stderr
+  header, _, row = table.stdout.splitlines()[:3]
+  assert header.split(' | ')[1:3] == ['CoLA', 'SST-2']
+  assert row.startswith(f'| {hf_dir} |') and f'{100 * summary["score"]:.1f}' in row
+
+
+@pytest.mark.parametrize('args, message', [
+    (['--config.task=SST3'], "unknown GLUE task 'SST3'"),
+    (['--config.task=MRPC', '--config.data_dir=DIR', '--config.vocab=VOCAB'],
+     "has no column '#1 String'"),
+    (['--config.taks=MRPC'], "unknown config field 'config.taks'"),
+])
+def test_command_line_errors_are_one_line(files, tmp_path, args, message):
+  root, _, vocab_size = files
+  broken = tmp_path / 'glue' / 'MRPC'
+  broken.mkdir(parents=True)
+  (broken / 'train.tsv').write_text('Quality\t#1 ID\t#2 ID\t#1 Text\t#2 String\n1\t1\t2\ta\tb\n')
+  args = [a.replace('DIR', str(tmp_path / 'glue')).replace('VOCAB', str(root / 'vocab.txt'))
+          for a in args]
+  result = cli('electra_jax.finetune', f'--config={GLUE_CONFIG}', f'--workdir={tmp_path}/out',
+               f'--config.model.vocab_size={vocab_size}', *args)
+  lines = [line for line in result.stderr.splitlines() if line.startswith('electra_jax: error:')]
+  assert result.returncode != 0 and len(lines) == 1, result.stderr[-2000:]
+  assert message in lines[0] and 'Traceback' not in result.stderr
