@@ -101,3 +101,33 @@ pack_source() {
       | tar -czf "${tarball}" -C "${repo_root}" --null -T -
   fi
 }
+
+# Prints the comment at the top of the script that was run ($0): to stdout when asked for, to
+# stderr after a mistake.
+usage() {
+  local status="${1:-0}"
+  if [[ "${status}" != 0 ]]; then
+    exec 1>&2
+  fi
+  sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
+  exit "${status}"
+}
+
+# Checks every command word ($2...) against the script's commands ($1, space-separated) before
+# any runs, so a typo in the last word does not leave a half-done sequence; help prints usage.
+check_commands() {
+  local known=" $1 " command
+  shift
+  if [[ $# == 0 ]]; then
+    usage 2
+  fi
+  for command in "$@"; do
+    case "${command}" in
+      -h|--help|help) usage 0 ;;
+    esac
+    if [[ "${known}" != *" ${command} "* ]]; then
+      printf 'unknown command: %s\n\n' "${command}" >&2
+      usage 2
+    fi
+  done
+}

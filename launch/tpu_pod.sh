@@ -194,32 +194,12 @@ delete() {
     --zone="${ZONE}" --force --quiet
 }
 
-# Prints the comment at the top of this file: to stdout when asked for, to stderr after a mistake.
-usage() {
-  local status="${1:-0}"
-  if [[ "${status}" != 0 ]]; then
-    exec 1>&2
-  fi
-  sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
-  exit "${status}"
-}
-
 main() {
   if [[ "${1:-}" == --dry-run ]]; then
     DRY_RUN=1
     shift
   fi
-  if [[ $# == 0 ]]; then
-    usage 2
-  fi
-  local command
-  for command in "$@"; do  # check them all before running any
-    case "${command}" in
-      create|wait|status|setup|data|train|logs|export|fetch|ssh|delete) ;;
-      -h|--help|help) usage 0 ;;
-      *) printf 'unknown command: %s\n\n' "${command}" >&2; usage 2 ;;
-    esac
-  done
+  check_commands "create wait status setup data train logs export fetch ssh delete" "$@"
   require_setting PROJECT my-gcp-project
   if [[ " $* " == *" data "* ]]; then
     require_setting DATA_SOURCE gs://my-bucket
@@ -227,6 +207,7 @@ main() {
   if [[ " $* " == *" train "* || " $* " == *" export "* || " $* " == *" fetch "* ]]; then
     require_setting WORKDIR gs://my-bucket
   fi
+  local command
   for command in "$@"; do
     case "${command}" in
       wait) wait_active ;;

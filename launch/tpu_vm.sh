@@ -160,32 +160,12 @@ delete() {
     --quiet
 }
 
-# Prints the comment at the top of this file: to stdout when asked for, to stderr after a mistake.
-usage() {
-  local status="${1:-0}"
-  if [[ "${status}" != 0 ]]; then
-    exec 1>&2
-  fi
-  sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
-  exit "${status}"
-}
-
 main() {
   if [[ "${1:-}" == --dry-run ]]; then
     DRY_RUN=1
     shift
   fi
-  if [[ $# == 0 ]]; then
-    usage 2
-  fi
-  local command
-  for command in "$@"; do  # check them all before running any
-    case "${command}" in
-      create|setup|data|train|logs|export|save|fetch|ssh|delete) ;;
-      -h|--help|help) usage 0 ;;
-      *) printf 'unknown command: %s\n\n' "${command}" >&2; usage 2 ;;
-    esac
-  done
+  check_commands "create setup data train logs export save fetch ssh delete" "$@"
   require_setting PROJECT my-gcp-project
   if [[ " $* " == *" data "* ]]; then
     require_setting DATA_SOURCE gs://my-bucket
@@ -193,6 +173,7 @@ main() {
   if [[ " $* " == *" save "* ]]; then
     require_setting RESULTS_URI gs://my-bucket
   fi
+  local command
   for command in "$@"; do
     case "${command}" in
       export) export_hf ;;

@@ -1,5 +1,6 @@
 """Test setup: CPU only, four simulated devices so data parallelism is exercised everywhere."""
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -25,3 +26,12 @@ def load_config(name: str):
   """get_config() of configs/<name>.py."""
   from electra_jax.config import load_config_file  # pylint: disable=g-import-not-at-top
   return load_config_file(str(REPO / 'configs' / f'{name}.py'))
+
+
+def tree_digest(path):
+  """One sha256 over every file below `path`, names included: proof that nothing changed."""
+  digest = hashlib.sha256()
+  for file in sorted(Path(path).rglob('*')):
+    if file.is_file():
+      digest.update(str(file.relative_to(path)).encode() + file.read_bytes())
+  return digest.hexdigest()

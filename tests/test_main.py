@@ -4,7 +4,6 @@ Each run is `python -m electra_jax.main` in a subprocess on one CPU device, with
 shrunk further so the whole file stays around a minute or two on two cores.
 """
 
-import hashlib
 import json
 import os
 import signal
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, WIKITEXT
+from conftest import REPO, WIKITEXT, tree_digest
 
 SMALL_RUN = ['--config.batch_size=16', '--config.max_seq_length=64', '--config.model.vocab_size=1000',
              '--config.warmup_steps=10', '--config.log_every=10', '--config.save_every=20',
@@ -46,14 +45,6 @@ def run(workdir, *overrides, train_files=None, check=True):
 def metrics(workdir):
   lines = Path(workdir, 'metrics.jsonl').read_text().splitlines()
   return {m['step']: m for m in map(json.loads, lines) if 'loss' in m}
-
-
-def tree_digest(path):
-  digest = hashlib.sha256()
-  for file in sorted(Path(path).rglob('*')):
-    if file.is_file():
-      digest.update(str(file.relative_to(path)).encode() + file.read_bytes())
-  return digest.hexdigest()
 
 
 @pytest.fixture(scope='module')

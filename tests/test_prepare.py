@@ -4,10 +4,8 @@ The end-to-end test builds a real TFDS dataset from ../shared/data, prepares it 
 `python -m electra_jax.prepare` and trains on it with `python -m electra_jax.main`.
 """
 
-import hashlib
 import json
 import os
-from pathlib import Path
 import subprocess
 import sys
 
@@ -15,20 +13,12 @@ from jax.sharding import NamedSharding, PartitionSpec
 import numpy as np
 import pytest
 
-from conftest import REPO, WIKITEXT, load_config
+from conftest import REPO, WIKITEXT, load_config, tree_digest
 from electra_jax import input_pipeline, train
 from electra_jax.data import packing, pipeline, preparation, sources, store, vocab as vocab_lib
 from electra_jax.errors import UsageError
 
 WIKI_PART = WIKITEXT / 'wiki.train.PARTIAL-first-1019-lines.raw'
-
-
-def tree_digest(path):
-  digest = hashlib.sha256()
-  for file in sorted(Path(path).rglob('*')):
-    if file.is_file():
-      digest.update(str(file.relative_to(path)).encode() + file.read_bytes())
-  return digest.hexdigest()
 
 
 def source(path, weight=None):
