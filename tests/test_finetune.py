@@ -10,6 +10,7 @@ import sys
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
@@ -137,6 +138,21 @@ def _get(tree, path):
   for key in path:
     tree = tree[key.key]
   return tree
+
+
+def test_attention_choice_reaches_the_classifier():
+  """config.attention picks the encoder's kernel in evaluation; the kernels agree, and an
+  unknown name is refused with the choices."""
+  ids = jnp.asarray(np.random.default_rng(0).integers(5, 40, (3, 16)), jnp.int32)
+  ids = ids.at[0, 10:].set(0)  # padding, which every kernel must mask
+  classifier = lambda attention: model_lib.Classifier(tiny_model(40), 3, attention=attention)
+  params = model_lib.init_params(classifier('einsum'), jax.random.PRNGKey(0), 16)
+  logits = {name: classifier(name).apply({'params': params}, ids, jnp.zeros_like(ids))
+            for name in ('einsum', 'xla', 'auto')}
+  np.testing.assert_allclose(logits['xla'], logits['einsum'], atol=1e-5)
+  np.testing.assert_allclose(logits['auto'], logits['einsum'], atol=1e-5)
+  with pytest.raises(ValueError, match="'nope'.*'einsum'"):
+    classifier('nope').apply({'params': params}, ids, jnp.zeros_like(ids))
 
 
 # ---- from a pretraining run -----------------------------------------------------------------

@@ -47,6 +47,9 @@ def get_config():
   c.adam_bias_correction = False  # as the original's optimizer
   c.max_grad_norm = 1.0
   c.dtype = 'float32'          # computation dtype; parameters stay float32
+  # Attention kernel where attention dropout is off (evaluation, or a rate of 0): 'auto' is
+  # cuDNN flash attention on a GPU in bfloat16, else einsum; 'xla', 'cudnn', 'einsum' force one.
+  c.attention = 'auto'
   c.log_every = 100
 
   # Random initialisation only (init_from=''): the model and its vocabulary. With init_from

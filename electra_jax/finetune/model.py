@@ -22,6 +22,7 @@ class Classifier(nn.Module):
   num_outputs: int
   head_dropout_rate: float = 0.1
   dtype: Any = jnp.float32
+  attention: str = 'auto'  # model.SelfAttention.implementation, used where attention dropout is off
 
   @nn.compact
   def __call__(self, input_ids, segment_ids, deterministic: bool = True):
@@ -32,7 +33,7 @@ class Classifier(nn.Module):
     hidden = Encoder(hidden_size=c.hidden_size, num_layers=c.num_layers, num_heads=c.num_heads,
                      intermediate_size=c.intermediate_size, dropout_rate=c.dropout_rate,
                      attention_dropout_rate=c.attention_dropout_rate, dtype=self.dtype,
-                     name='discriminator')(embedded, input_ids != 0, deterministic)
+                     attention=self.attention, name='discriminator')(embedded, input_ids != 0, deterministic)
     first = nn.Dropout(self.head_dropout_rate)(hidden[:, 0], deterministic=deterministic)
     return nn.Dense(self.num_outputs, kernel_init=nn.initializers.glorot_uniform(),
                     dtype=jnp.float32, name='classifier')(first)

@@ -157,7 +157,7 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   os.makedirs(workdir, exist_ok=True)
   config_lib.save_config(config, workdir)
   model = model_lib.Classifier(start.model, task.num_outputs, config.head_dropout,
-                               DTYPES[config.dtype])
+                               DTYPES[config.dtype], config.attention)
   shapes = model_lib.param_shapes(model, config.max_seq_length)
   optimizer = optim.make_optimizer(config, shapes, start.model.num_layers, total_steps)
   compiled = compile_steps(model, optimizer, task.is_regression, pretrain.make_mesh())
