@@ -22,10 +22,13 @@ setup(
         # A run directory on Cloud Storage (--workdir=gs://..., as on a TPU pod slice): gcsfs
         # for etils.epath and Orbax, google-cloud-storage for tensorboardX's event writer.
         'gcs': ['gcsfs', 'google-cloud-storage'],
+        # benchmarks/transfer_study.py's plots.
+        'bench': ['matplotlib>=3.7'],
         # Test-only: the suite, and scipy for float64 references of erf and friends (and, with
         # scikit-learn, of the GLUE metrics); torch (CPU) and transformers check the Hugging
-        # Face export and import; nbconvert and ipykernel execute launch/colab.ipynb.
+        # Face export and import; nbconvert and ipykernel execute launch/colab.ipynb; matplotlib
+        # draws the transfer study's plots in its smoke test.
         'test': ['pytest>=8', 'scipy>=1.11', 'scikit-learn>=1.3', 'torch==2.13.0',
-                 'transformers', 'nbconvert>=7', 'ipykernel>=6'],
+                 'transformers', 'nbconvert>=7', 'ipykernel>=6', 'matplotlib>=3.7'],
     },
 )

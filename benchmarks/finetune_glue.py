@@ -7,6 +7,7 @@ python benchmarks/finetune_glue.py --pretrained=runs/tiny --glue_dir=../shared/d
 The random-init runs take the pretraining run's model section and vocabulary, so the only
 difference is where the encoder's weights start. Every other setting is the recipe's default
 for the model's size (see configs/finetune/glue.py), except the flags printed with each command.
+benchmarks/transfer_study.py builds on the functions here.
 """
 
 import argparse
@@ -16,8 +17,7 @@ import subprocess
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODEL_FIELDS = ('vocab_size', 'embedding_size', 'hidden_size', 'num_layers', 'num_heads',
-                'intermediate_size', 'max_position_embeddings', 'type_vocab_size')
+GLUE_CONFIG = os.path.join(REPO, 'configs', 'finetune', 'glue.py')
 
 
 def run_vocab(workdir: str) -> str:
@@ -27,25 +27,45 @@ def run_vocab(workdir: str) -> str:
   sys.exit(f'{workdir} holds no vocab.model or vocab.txt: is it a pretraining run?')
 
 
-def random_init_flags(workdir: str) -> list[str]:
+def run_model(workdir: str) -> dict:
   with open(os.path.join(workdir, 'config.json')) as f:
-    model = json.load(f)['model']
-  return ["--config.init_from=", f'--config.vocab={run_vocab(workdir)}'] + [
-      f'--config.model.{k}={model[k]}' for k in MODEL_FIELDS]
+    return json.load(f)['model']
+
+
+def random_init_flags(model: dict, vocab: str) -> list[str]:
+  """Fine-tuning flags for random weights of `model`'s encoder (a pretraining model section).
+
+  Every encoder field is passed, dropout included, so the architecture is the pretrained one's;
+  the generator's fields do not concern fine-tuning.
+  """
+  return ['--config.init_from=', f'--config.vocab={vocab}'] + [
+      f'--config.model.{k}={v}' for k, v in model.items() if not k.startswith('generator')]
+
+
+def fine_tune_command(task: str, out: str, init_flags: list[str], *, glue_dir: str, seeds: str,
+                      max_seq_length: int, train_examples: int = 0) -> list[str]:
+  """`python -m electra_jax.finetune` on one task; train_examples > 0 draws that many (seed 0)."""
+  command = [sys.executable, '-m', 'electra_jax.finetune', f'--config={GLUE_CONFIG}',
+             f'--config.task={task}', f'--config.data_dir={glue_dir}', f'--workdir={out}',
+             f'--config.seeds={seeds}', '--config.predict_test=False', *init_flags,
+             f'--config.max_seq_length={max_seq_length}']
+  if train_examples:
+    command.append(f'--config.max_train_examples={train_examples}')
+  return command
+
+
+def read_results(out: str) -> dict:
+  with open(os.path.join(out, 'results.json')) as f:
+    return json.load(f)
 
 
 def fine_tune(task: str, out: str, init_flags: list[str], args) -> dict:
-  command = [sys.executable, '-m', 'electra_jax.finetune',
-             f'--config={os.path.join(REPO, "configs", "finetune", "glue.py")}',
-             f'--config.task={task}', f'--config.data_dir={args.glue_dir}', f'--workdir={out}',
-             f'--config.seeds={args.seeds}', '--config.predict_test=False', *init_flags]
-  command.append(f'--config.max_seq_length={args.max_seq_length}')
-  if task == 'SST-2':
-    command.append(f'--config.max_train_examples={args.sst2_examples}')
+  command = fine_tune_command(task, out, init_flags, glue_dir=args.glue_dir, seeds=args.seeds,
+                              max_seq_length=args.max_seq_length,
+                              train_examples=args.sst2_examples if task == 'SST-2' else 0)
   print('$ ' + ' '.join(command[1:]), flush=True)
   subprocess.run(command, check=True, cwd=REPO)
-  with open(os.path.join(out, 'results.json')) as f:
-    return json.load(f)
+  return read_results(out)
 
 
 def main():
@@ -61,10 +81,11 @@ def main():
                       'MRPC pairs (longest-first)')
   parser.add_argument('--tasks', default='SST-2,MRPC')
   args = parser.parse_args()
+  random_flags = random_init_flags(run_model(args.pretrained), run_vocab(args.pretrained))
   rows = []
   for task in args.tasks.split(','):
     for label, flags in (('pretrained', [f'--config.init_from={args.pretrained}']),
-                         ('random', random_init_flags(args.pretrained))):
+                         ('random', random_flags)):
       result = fine_tune(task, os.path.join(args.out, f'{task}-{label}'), flags, args)
       rows.append((task, label, result))
   print('\n| task | init | score (median) | per seed | all medians | steps x batch | examples |')

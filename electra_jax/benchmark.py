@@ -8,8 +8,9 @@ placed on the devices before the clock starts. The first step compiles; `--warmu
 untimed; then each of `--steps` steps is timed to completion (`jax.block_until_ready`) and the
 median is reported as one JSON line (`result_record` lists the fields).
 
-FLOPs are the analytic model FLOPs of `flops.py`. The peak is the data-sheet bfloat16 peak of an
-accelerator (`flops.PEAK_BF16_FLOPS`), or, on a CPU, the best rate of a large matmul in the
+FLOPs are the analytic model FLOPs of `flops.py` for the config's objective
+(`--config.objective=mlm` times BERT's masked LM). The peak is the data-sheet bfloat16 peak of
+an accelerator (`flops.PEAK_BF16_FLOPS`), or, on a CPU, the best rate of a large matmul in the
 step's dtype, measured in the same process.
 """
 
@@ -130,6 +131,7 @@ def result_record(*, framework: str, config: ml_collections.ConfigDict, device_k
   tokens = config.batch_size * config.max_seq_length
   return {
       'framework': framework,
+      'objective': config.objective,
       'device_kind': device_kind,
       'device_count': device_count,
       'dtype': config.dtype,

@@ -12,7 +12,7 @@ import os
 
 import ml_collections
 
-from electra_jax import storage
+from electra_jax import objective, storage
 from electra_jax.errors import UsageError
 from electra_jax.model import ATTENTION_IMPLEMENTATIONS
 
@@ -32,8 +32,11 @@ def default_config() -> ml_collections.ConfigDict:
   # Every choice computes the same function; with attention dropout on, the einsum path runs.
   c.attention = 'auto'
 
-  # ELECTRA objective.
-  c.mask_prob = 0.15           # share of tokens the generator predicts (0.25 for large)
+  # What is trained: 'electra' (generator + discriminator, the paper's method) or 'mlm' (BERT's
+  # masked LM at the discriminator's size, no generator: the baseline). See electra_jax/objective.
+  c.objective = 'electra'
+  c.mask_prob = 0.15           # share of tokens to predict (0.25 for large)
+  # ELECTRA only.
   c.temperature = 1.0          # replacements are sampled from softmax(logits / temperature)
   c.gen_weight = 1.0           # loss = gen_weight * MLM + disc_weight * RTD
   c.disc_weight = 50.0
@@ -63,7 +66,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.model.num_heads = 4
   c.model.intermediate_size = 1024
   # Generator width as a fraction of hidden_size (or an absolute width if > 1); its heads are
-  # max(1, width // 64) and its FFN 4 x width.
+  # max(1, width // 64) and its FFN 4 x width. ELECTRA only: an 'mlm' run has no generator.
   c.model.generator_hidden_size = 0.25
   c.model.max_position_embeddings = 512
   c.model.type_vocab_size = 2
@@ -81,6 +84,18 @@ def default_config() -> ml_collections.ConfigDict:
   c.data.eval_sources = ''     # same, for evaluation, instead of eval_files
   c.data.tfds_data_dir = ''    # TFDS data_dir (local or gs://); '' = TFDS's default
   c.data.text_field = 'text'   # the field of each .jsonl record that holds the document
+  # How text files (not .jsonl) are read: 'lines' (one sentence or paragraph per line, blank
+  # line between documents, as the original's input), 'gutenberg' (a Project Gutenberg book:
+  # its body between the START and END lines), 'wikiextractor' (<doc ...> articles),
+  # 'wikitext' (WikiText raw: ' = Title = ' articles), or 'auto': detected per file from its
+  # first bytes, 'lines' when nothing else matches (each file's format is logged).
+  c.data.text_format = 'auto'
+  # How documents become examples: 'original' (as build_pretraining_dataset.py: what does not
+  # fit is dropped, a document's last example is padded), 'fill' (nothing dropped: the rest
+  # starts the next example, a document's last example is completed with the next
+  # document), or 'auto': 'fill' for gutenberg, wikiextractor and wikitext files, else
+  # 'original'.
+  c.data.packing = 'auto'
   # A directory written by `python -m electra_jax.prepare` (train/, optional eval/, vocab);
   # '' = prepare the sources into data.local_dir on first use.
   c.data.prepared_dir = ''
@@ -132,6 +147,9 @@ def check_overrides(argv, config_path: str):
 
 def validate(config: ml_collections.ConfigDict, num_devices: int):
   m = config.model
+  if config.objective not in objective.OBJECTIVES:
+    raise UsageError(f'config.objective={config.objective!r}: use one of '
+                     f"{', '.join(objective.OBJECTIVES)}")
   if config.dtype not in ('float32', 'bfloat16'):
     raise UsageError(f"config.dtype={config.dtype!r}: use 'float32' or 'bfloat16'")
   if config.attention not in ATTENTION_IMPLEMENTATIONS:
@@ -161,12 +179,22 @@ def validate(config: ml_collections.ConfigDict, num_devices: int):
       raise UsageError(f'config.{name} must be a positive number of steps')
 
 
+def saved_objective(saved: dict) -> str:
+  """The objective of a saved config.json; runs from before the field existed are ELECTRA's."""
+  return saved.get('objective', 'electra')
+
+
 def check_workdir_config(config: ml_collections.ConfigDict, workdir: str):
   """Refuses a workdir whose saved run has a different model, before anything is written there."""
   path = os.path.join(workdir, 'config.json')
   if not storage.exists(path):
     return
-  saved_model = json.loads(storage.read_text(path)).get('model', {})
+  saved = json.loads(storage.read_text(path))
+  if saved_objective(saved) != config.objective:
+    raise UsageError(f'{workdir} holds a run of objective {saved_objective(saved)!r}, not '
+                     f'{config.objective!r}; use a new --workdir or '
+                     f'--config.objective={saved_objective(saved)}')
+  saved_model = saved.get('model', {})
   changed = {k: (saved_model.get(k), v) for k, v in config.model.to_dict().items()
              if saved_model.get(k) != v}
   if changed:

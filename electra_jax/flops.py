@@ -15,6 +15,13 @@ Counted: the matrix multiplications, at 2 FLOPs per multiply-add, of
   vocabulary projection  2·P·E·V                  onto the tied word embeddings, same positions
   discriminator head     2·T·H² + 2·T·H           dense H -> H, then H -> 1 at every token
 
+for config.objective='electra'. BERT's masked LM ('mlm') is the discriminator-sized network with
+the generator's kind of head and no generator:
+
+  discriminator          as above, over all T tokens
+  mlm head               2·P·H·E                  dense H -> E at the selected positions
+  vocabulary projection  2·P·E·V
+
 with T = B·L tokens and P = B·N selected positions (N slots per sequence, all of them computed,
 used or not). Training costs 3x the forward pass: the backward pass computes a gradient for
 both operands of every product, at twice the forward cost. Not counted: embedding lookups,
@@ -25,7 +32,7 @@ parameter or token count and small next to the matmuls.
 import ml_collections
 
 from electra_jax.model import generator_width
-from electra_jax.objective import num_slots
+from electra_jax.objective.masking import num_slots
 
 # Dense bfloat16 tensor-core peaks (FLOP/s) by device kind, from the vendors' data sheets; the
 # first key contained in a device's `device_kind` wins, so the more specific keys come first.
@@ -64,16 +71,24 @@ def forward_flops(config: ml_collections.ConfigDict) -> dict[str, int]:
   m = config.model
   batch, length = config.batch_size, config.max_seq_length
   tokens, positions = batch * length, batch * num_slots(length, config.mask_prob)
+  discriminator = _encoder_forward(tokens, length, m.embedding_size, m.hidden_size,
+                                   m.intermediate_size, m.num_layers)
+  vocabulary_projection = 2 * positions * m.embedding_size * m.vocab_size
+  if config.objective == 'mlm':
+    return {
+        'discriminator': discriminator['projections'],
+        'discriminator_attention': discriminator['attention'],
+        'mlm_head': 2 * positions * m.hidden_size * m.embedding_size,
+        'vocabulary_projection': vocabulary_projection,
+    }
   gen_width = generator_width(m)
   generator = _encoder_forward(tokens, length, m.embedding_size, gen_width, 4 * gen_width,
                                m.num_layers)
-  discriminator = _encoder_forward(tokens, length, m.embedding_size, m.hidden_size,
-                                   m.intermediate_size, m.num_layers)
   return {
       'generator': generator['projections'],
       'generator_attention': generator['attention'],
       'generator_head': 2 * positions * gen_width * m.embedding_size,
-      'vocabulary_projection': 2 * positions * m.embedding_size * m.vocab_size,
+      'vocabulary_projection': vocabulary_projection,
       'discriminator': discriminator['projections'],
       'discriminator_attention': discriminator['attention'],
       'discriminator_head': 2 * tokens * m.hidden_size * (m.hidden_size + 1),

@@ -1,6 +1,6 @@
-"""The ELECTRA networks as Flax Linen modules.
+"""The pretraining networks as Flax Linen modules: ELECTRA's pair, and BERT's masked LM.
 
-One module, `Electra`, owns three parameter subtrees:
+`Electra` (config.objective='electra') owns three parameter subtrees (and their heads):
 
   embeddings     word, position and token-type tables and their LayerNorm, shared by both networks
   generator      its own `embeddings_project` (if E != H_gen), encoder and MLM head
@@ -9,6 +9,10 @@ One module, `Electra`, owns three parameter subtrees:
 Both networks are reached through methods of the same module (`Electra.generate`,
 `Electra.discriminate`), so one parameter tree and one optimizer serve both, and the gradient
 of the shared embedding block is the sum of what each network's loss sends it.
+
+`MaskedLM` (config.objective='mlm') is BERT's setup at the discriminator's size: `embeddings`
+and `discriminator` exactly as `Electra` names and builds them (so fine-tuning loads either
+run the same way) and `mlm_head`, the generator's head type; no generator.
 
 The encoder is BERT's post-LayerNorm transformer with the original's numerics: exact (erf) GELU,
 LayerNorm epsilon 1e-12, additive large-negative padding mask, truncated-normal(0.02) init.
@@ -197,8 +201,11 @@ class Encoder(nn.Module):
     return x
 
 
-class GeneratorHead(nn.Module):
-  """dense(H_gen -> E) + GELU -> LayerNorm; the caller projects onto the tied word embeddings."""
+class MLMHead(nn.Module):
+  """dense(H -> E) + GELU -> LayerNorm; the caller projects onto the tied word embeddings.
+
+  The head of ELECTRA's generator and of BERT's masked LM alike.
+  """
   embedding_size: int
   vocab_size: int
   dtype: Any = jnp.float32
@@ -223,6 +230,35 @@ class DiscriminatorHead(nn.Module):
     return logits[..., 0]
 
 
+def discriminator_encoder(c: ml_collections.ConfigDict, dtype, remat: bool,
+                          attention: str) -> Encoder:
+  """The encoder at the discriminator's size (`config.model`'s hidden_size, heads and FFN)."""
+  return Encoder(
+      hidden_size=c.hidden_size, num_layers=c.num_layers, num_heads=c.num_heads,
+      intermediate_size=c.intermediate_size, dropout_rate=c.dropout_rate,
+      attention_dropout_rate=c.attention_dropout_rate, dtype=dtype, remat=remat,
+      attention=attention)
+
+
+def embeddings_block(c: ml_collections.ConfigDict, dtype) -> Embeddings:
+  return Embeddings(c.vocab_size, c.embedding_size, c.max_position_embeddings, c.type_vocab_size,
+                    c.dropout_rate, dtype)
+
+
+def masked_lm_logits(embeddings: Embeddings, encoder: Encoder, head: MLMHead, input_ids,
+                     segment_ids, positions, deterministic: bool):
+  """MLM logits [B, P, V] (float32) at the given positions [B, P] only.
+
+  Gathering before the head matters: the vocabulary projection is the most expensive part of
+  a small generator, and only the selected positions need it.
+  """
+  hidden = encoder(embeddings(input_ids, segment_ids, deterministic), input_ids != 0,
+                   deterministic)
+  hidden = jnp.take_along_axis(hidden, positions[..., None], axis=1)
+  hidden, output_bias = head(hidden)
+  return embeddings.attend(hidden) + output_bias
+
+
 class Electra(nn.Module):
   """Generator and discriminator over one shared embedding block."""
   config: ml_collections.ConfigDict  # the `model` section of the run config
@@ -232,20 +268,15 @@ class Electra(nn.Module):
 
   def setup(self):
     c = self.config
-    self.embeddings = Embeddings(c.vocab_size, c.embedding_size, c.max_position_embeddings,
-                                 c.type_vocab_size, c.dropout_rate, self.dtype)
+    self.embeddings = embeddings_block(c, self.dtype)
     gen_width = generator_width(c)
     self.generator = Encoder(
         hidden_size=gen_width, num_layers=c.num_layers, num_heads=max(1, gen_width // 64),
         intermediate_size=4 * gen_width, dropout_rate=c.dropout_rate,
         attention_dropout_rate=c.attention_dropout_rate, dtype=self.dtype, remat=self.remat,
         attention=self.attention)
-    self.generator_head = GeneratorHead(c.embedding_size, c.vocab_size, self.dtype)
-    self.discriminator = Encoder(
-        hidden_size=c.hidden_size, num_layers=c.num_layers, num_heads=c.num_heads,
-        intermediate_size=c.intermediate_size, dropout_rate=c.dropout_rate,
-        attention_dropout_rate=c.attention_dropout_rate, dtype=self.dtype, remat=self.remat,
-        attention=self.attention)
+    self.generator_head = MLMHead(c.embedding_size, c.vocab_size, self.dtype)
+    self.discriminator = discriminator_encoder(c, self.dtype, self.remat, self.attention)
     self.discriminator_head = DiscriminatorHead(self.dtype)
 
   def __call__(self, input_ids, segment_ids, positions, deterministic: bool = True):
@@ -254,16 +285,9 @@ class Electra(nn.Module):
             self.discriminate(input_ids, segment_ids, deterministic))
 
   def generate(self, input_ids, segment_ids, positions, deterministic: bool = True):
-    """MLM logits [B, P, V] (float32) at the given positions [B, P] only.
-
-    Gathering before the head matters: the vocabulary projection is the most expensive part of
-    a small generator, and only the selected positions need it.
-    """
-    hidden = self.generator(self.embeddings(input_ids, segment_ids, deterministic),
-                            input_ids != 0, deterministic)
-    hidden = jnp.take_along_axis(hidden, positions[..., None], axis=1)
-    hidden, output_bias = self.generator_head(hidden)
-    return self.embeddings.attend(hidden) + output_bias
+    """The generator's MLM logits [B, P, V] (float32) at the given positions [B, P] only."""
+    return masked_lm_logits(self.embeddings, self.generator, self.generator_head, input_ids,
+                            segment_ids, positions, deterministic)
 
   def discriminate(self, input_ids, segment_ids, deterministic: bool = True):
     """Replaced-token logits [B, L] (float32), one per position."""
@@ -272,7 +296,26 @@ class Electra(nn.Module):
     return self.discriminator_head(hidden)
 
 
-def init_params(model: Electra, rng, max_seq_length: int):
+class MaskedLM(nn.Module):
+  """BERT's masked LM: the discriminator-sized encoder and an MLM head on the tied embeddings."""
+  config: ml_collections.ConfigDict  # the `model` section of the run config
+  dtype: Any = jnp.float32
+  remat: bool = False
+  attention: str = 'auto'  # SelfAttention.implementation; every choice computes the same
+
+  def setup(self):
+    c = self.config
+    self.embeddings = embeddings_block(c, self.dtype)
+    self.discriminator = discriminator_encoder(c, self.dtype, self.remat, self.attention)
+    self.mlm_head = MLMHead(c.embedding_size, c.vocab_size, self.dtype)
+
+  def __call__(self, input_ids, segment_ids, positions, deterministic: bool = True):
+    """MLM logits [B, P, V] (float32) at the given positions [B, P] only."""
+    return masked_lm_logits(self.embeddings, self.discriminator, self.mlm_head, input_ids,
+                            segment_ids, positions, deterministic)
+
+
+def init_params(model: Electra | MaskedLM, rng, max_seq_length: int):
   """Initial float32 parameters for every submodule of `model`."""
   ids = jnp.zeros((1, max_seq_length), jnp.int32)
   positions = jnp.zeros((1, 1), jnp.int32)

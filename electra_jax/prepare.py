@@ -94,8 +94,11 @@ def prepare_dataset(config, out: str, *, overwrite: bool = False) -> dict[str, d
 
 def _summary(split: str, manifest: dict) -> str:
   counts = manifest['counts']
+  # Computed, not read: splits prepared before the manifest recorded it are summarized too.
+  kept_fraction = round(counts['tokens_in_examples'] / max(counts['tokens'], 1), 6)
   return json.dumps({'split': split, **{k: counts[k] for k in (
-      'documents', 'tokens', 'examples', 'tokens_in_examples', 'padding_fraction')},
+      'documents', 'tokens', 'examples', 'tokens_in_examples')},
+                     'kept_fraction': kept_fraction, 'padding_fraction': counts['padding_fraction'],
                      'shards': len(manifest['shards']), 'seconds': counts['seconds'],
                      'tokens_per_s': round(counts['tokens'] / max(counts['seconds'], 1e-9))})
 

@@ -21,13 +21,23 @@ def format_duration(seconds: float) -> str:
   return f'{hours}h{rest // 60:02d}m' if hours else f'{rest // 60}m{rest % 60:02d}s'
 
 
+# The log line's groups of (label, metric, format); a metric a run lacks is left out (an MLM run
+# has no discriminator or sampling metrics).
+_LINE_GROUPS = (
+    (('loss', 'loss', '.4f'),),
+    (('mlm', 'mlm_loss', '.4f'), ('acc', 'mlm_accuracy', '.3f')),
+    (('disc', 'disc_loss', '.4f'), ('acc', 'disc_accuracy', '.3f'), ('auc', 'disc_auc', '.3f')),
+    (('replaced', 'replaced_fraction', '.3f'),),
+)
+
+
 def human_line(step: int, total_steps: int, metrics: dict, eta_seconds: float) -> str:
   m = metrics
-  return (f"step {step}/{total_steps} | loss {m['loss']:.4f} | "
-          f"mlm {m['mlm_loss']:.4f} acc {m['mlm_accuracy']:.3f} | "
-          f"disc {m['disc_loss']:.4f} acc {m['disc_accuracy']:.3f} auc {m['disc_auc']:.3f} | "
-          f"replaced {m['replaced_fraction']:.3f} | lr {m['learning_rate']:.2e} | "
-          f"{m['tokens_per_s']:,.0f} tok/s | eta {format_duration(eta_seconds)}")
+  groups = [' '.join(f'{label} {m[name]:{spec}}' for label, name, spec in group if name in m)
+            for group in _LINE_GROUPS]
+  return ' | '.join([f'step {step}/{total_steps}', *filter(None, groups),
+                     f"lr {m['learning_rate']:.2e}", f"{m['tokens_per_s']:,.0f} tok/s",
+                     f'eta {format_duration(eta_seconds)}'])
 
 
 def trim_metrics_file(workdir: str, last_step: int):

@@ -1,4 +1,7 @@
-"""ELECTRA pretraining, one linear story: mesh -> data -> state -> step -> log/eval -> checkpoint.
+"""Pretraining, one linear story: mesh -> data -> state -> step -> log/eval -> checkpoint.
+
+What is trained (ELECTRA's generator + discriminator, or BERT's masked LM) is
+`config.objective`'s business (electra_jax/objective): the step only calls its functions.
 
 Data parallelism is expressed with shardings, not with pmap: the batch is sharded over the mesh's
 `data` axis, parameters and optimizer state are replicated, and XLA inserts the gradient
@@ -23,7 +26,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from electra_jax import checkpoint, config as config_lib, input_pipeline, objective, optim, report
 from electra_jax import storage
 from electra_jax.data import pipeline
-from electra_jax.model import Electra, count_params, init_params
+from electra_jax.model import count_params, init_params
 
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 
@@ -46,9 +49,10 @@ def make_mesh(devices=None) -> Mesh:
                        devices=devices)
 
 
-def make_model(config: ml_collections.ConfigDict) -> Electra:
-  return Electra(config.model, dtype=DTYPES[config.dtype], remat=config.remat,
-                 attention=config.attention)
+def make_model(config: ml_collections.ConfigDict):
+  """The network config.objective trains (model.Electra, or model.MaskedLM for 'mlm')."""
+  return objective.get(config).model(config.model, dtype=DTYPES[config.dtype],
+                                     remat=config.remat, attention=config.attention)
 
 
 def _init_state_fn(config, model, optimizer):
@@ -73,14 +77,13 @@ def abstract_train_state(config, model, optimizer, replicated) -> TrainState:
 
 
 def train_step(state: TrainState, batch, rng, *, model, optimizer, config, special):
-  """One joint update of generator and discriminator; returns the new state and step stats.
+  """One update of every parameter by the objective's loss; returns the new state and step stats.
 
   With config.grad_accum_steps = k > 1 the batch is processed as k micro-batches whose gradients
   are summed; masks and samples are drawn as for the whole batch (see objective.partial_loss), so
   the update equals the whole batch's, except that each micro-batch draws its own dropout masks.
   """
-  prepare_rng, dropout_rng = jax.random.split(rng)
-  prepared = objective.prepare(prepare_rng, batch['input_ids'], config, special)
+  prepared, dropout_rng = objective.draw(rng, batch['input_ids'], config, special)
   loss_and_grads = jax.value_and_grad(
       functools.partial(objective.partial_loss, model.apply, config=config, special=special),
       has_aux=True)
@@ -108,15 +111,14 @@ def train_step(state: TrainState, batch, rng, *, model, optimizer, config, speci
     shapes = jax.eval_shape(micro_step, 0, *jax.tree.map(lambda x: x[0], micro_batches))
     zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
     (grads, stats), _ = jax.lax.scan(accumulate, zeros, (jnp.arange(steps), *micro_batches))
-    stats['disc_auc'] /= steps  # the mean of the micro-batches' AUCs
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   return state.replace(step=state.step + 1, params=params, opt_state=opt_state), stats
 
 
 def eval_step(params, batch, rng, *, model, config, special):
-  _, stats = objective.electra_loss(model.apply, params, batch, rng, config, train=False,
-                                    special=special)
+  _, stats = objective.loss(model.apply, params, batch, rng, config, train=False,
+                            special=special)
   return stats
 
 
@@ -215,7 +217,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
   optimizer = optim.make_optimizer(config)
   schedule = optim.learning_rate_schedule(config.learning_rate, config.warmup_steps,
                                           config.num_train_steps)
-  special = objective.SpecialIds(vocab.pad_id, vocab.cls_id, vocab.sep_id, vocab.mask_id)
+  special = objective.SpecialIds(vocab.pad_id, vocab.cls_id, vocab.sep_id, vocab.mask_id,
+                                 vocab.unk_id)
   train, evaluate, replicated, batch_sharding = compile_steps(config, model, optimizer, mesh,
                                                               special)
 
@@ -230,9 +233,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
     if is_chief:
       config_lib.save_config(config, workdir)  # only once the checkpoint is known to fit
     first_step = int(state.step)
-    logging.info('%s at step %d of %d on %d device(s); %s parameters (generator + discriminator)',
+    logging.info('%s at step %d of %d on %d device(s); objective %s, %s parameters',
                  'resuming' if restored is not None else 'starting', first_step,
-                 config.num_train_steps, jax.device_count(), f'{count_params(state.params):,}')
+                 config.num_train_steps, jax.device_count(), config.objective,
+                 f'{count_params(state.params):,}')
     if is_chief:
       report.trim_metrics_file(workdir, first_step)
     writer = report.MetricsWriter(workdir, enabled=is_chief)

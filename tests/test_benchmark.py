@@ -52,9 +52,25 @@ def test_flops_match_a_hand_count():
   assert flops.train_step_flops(hand_sized_config()) == 3 * 239_452_160
 
 
-def test_flops_are_the_bulk_of_what_xla_counts():
+def test_mlm_flops_match_a_hand_count():
+  """objective=mlm: the discriminator-sized encoder and BERT's head, no generator."""
+  config = hand_sized_config()
+  config.objective = 'mlm'
+  expected = {
+      'discriminator': 4_194_304 + 2 * 100_663_296,            # as in the ELECTRA count above
+      'discriminator_attention': 2 * 2 * 2 * 256 * 32 * 128,
+      'mlm_head': 2 * 32 * 128 * 64,                           # H -> E at P = 32 positions
+      'vocabulary_projection': 2 * 32 * 64 * 300,
+  }
+  assert flops.forward_flops(config) == expected
+  assert flops.train_step_flops(config) == 3 * 215_662_592
+
+
+@pytest.mark.parametrize('objective_name', ['electra', 'mlm'])
+def test_flops_are_the_bulk_of_what_xla_counts(objective_name):
   """XLA's own count of the compiled step: our matmuls plus elementwise work and the optimizer."""
   config = hand_sized_config()
+  config.objective = objective_name
   mesh = train.make_mesh(jax.devices()[:1])
   model, optimizer = train.make_model(config), optim.make_optimizer(config)
   step, _, replicated, batch_sharding = train.compile_steps(config, model, optimizer, mesh)

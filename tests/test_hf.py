@@ -27,7 +27,8 @@ from electra_jax import config as config_lib
 from electra_jax.data import packing, vocab as vocab_lib
 from electra_jax.errors import UsageError
 from electra_jax.hf import exporting, files, importing
-from electra_jax.model import Electra, init_params
+from electra_jax.model import Electra, MaskedLM, init_params
+from electra_jax.objective import masking, mlm
 from test_tokenizer_export import google_vocab
 
 TOLERANCE = 1e-4
@@ -155,6 +156,38 @@ def test_random_export_matches_transformers(tmp_path, vocab, label, model_change
     assert ('electra.embeddings_project.weight' in names) == has_projection, kind
   compare_with_transformers(params, model, tmp_path, *pair_batch(model.vocab_size),
                             f'random init, {label}')
+
+
+def test_mlm_export_matches_transformers_at_the_masked_positions(tmp_path, vocab):
+  """objective=mlm: one ElectraForMaskedLM at the discriminator's sizes, in DIR/mlm."""
+  model = tiny_model()
+  params = jittered(jax.device_get(init_params(MaskedLM(model), jax.random.PRNGKey(0), 8)), 0)
+  written = exporting.export_params(params, model, vocab, str(tmp_path), 'mlm')
+  assert list(written) == ['mlm'] and sorted(os.listdir(tmp_path)) == ['mlm']
+  config = json.loads((tmp_path / 'mlm' / 'config.json').read_text())
+  assert config['architectures'] == ['ElectraForMaskedLM']
+  assert (config['hidden_size'], config['num_attention_heads'], config['intermediate_size']) == (
+      model.hidden_size, model.num_heads, model.intermediate_size)
+  input_ids, segment_ids = pair_batch(model.vocab_size)
+  masked = jax.device_get(masking.bert_mask_inputs(jax.random.PRNGKey(1), jnp.asarray(input_ids),
+                                                   0.15, model.vocab_size))
+  ours = np.asarray(MaskedLM(model).apply({'params': params}, masked.input_ids, segment_ids,
+                                          masked.positions))
+  net = transformers.ElectraForMaskedLM.from_pretrained(tmp_path / 'mlm').eval()
+  labels = np.full(input_ids.shape, -100, np.int64)
+  rows = np.arange(len(input_ids))[:, None].repeat(masked.positions.shape[1], 1)
+  selected = masked.weights > 0
+  labels[rows[selected], masked.positions[selected]] = masked.targets[selected]
+  with torch.no_grad():
+    output = net(input_ids=torch.tensor(masked.input_ids), token_type_ids=torch.tensor(segment_ids),
+                 attention_mask=torch.tensor(input_ids != 0), labels=torch.tensor(labels))
+  theirs = np.take_along_axis(output.logits.numpy(), masked.positions[..., None], 1)
+  difference = float(np.max(np.abs(ours - theirs)[selected]))
+  our_loss = float(mlm.cross_entropy(jnp.asarray(ours), masked, masked.weights.sum()))
+  print(f'mlm export: max abs logit difference at {selected.sum()} masked positions '
+        f'{difference:.2e}; loss {our_loss:.6f} vs {float(output.loss):.6f}')
+  assert difference <= TOLERANCE
+  np.testing.assert_allclose(our_loss, float(output.loss), rtol=1e-5)
 
 
 def test_exported_discriminator_loads_for_fine_tuning(tmp_path, vocab):

@@ -107,6 +107,81 @@ def test_raising_num_train_steps_continues(finished_run, tmp_path):
   assert max(metrics(workdir)) == 70
 
 
+# ---- objective=mlm: the BERT baseline through the same command --------------------------------
+
+ELECTRA_ONLY = ('disc_loss', 'sampled_accuracy', 'disc_accuracy', 'disc_precision', 'disc_recall',
+                'disc_auc', 'replaced_fraction')
+
+
+@pytest.fixture(scope='module')
+def mlm_run(tmp_path_factory, wikitext):
+  """A 4-step MLM run with checkpoints at steps 2 and 4 and evaluation at 0, 2 and 4."""
+  workdir = tmp_path_factory.mktemp('mlm')
+  run(workdir, '--config.objective=mlm', '--config.num_train_steps=4', '--config.log_every=2',
+      '--config.save_every=2', '--config.eval_every=2', '--config.eval_steps=1',
+      f'--config.data.eval_files={wikitext / "wiki.test.raw"}')
+  return workdir
+
+
+def test_mlm_run_logs_its_metrics_and_keeps_its_objective(mlm_run):
+  assert json.loads((mlm_run / 'config.json').read_text())['objective'] == 'mlm'
+  assert sorted(p.name for p in (mlm_run / 'checkpoints').iterdir()) == ['2', '4']
+  logged = metrics(mlm_run)
+  assert sorted(logged) == [2, 4]
+  for m in logged.values():
+    assert {'loss', 'mlm_loss', 'mlm_accuracy', 'learning_rate', 'tokens_per_s'} <= set(m)
+    assert not set(ELECTRA_ONLY) & set(m) and m['loss'] == m['mlm_loss']
+  evals = [json.loads(l) for l in (mlm_run / 'metrics.jsonl').read_text().splitlines()
+           if 'eval_loss' in l]
+  assert [e['step'] for e in evals] == [0, 2, 4]
+  assert all('eval_mlm_accuracy' in e and 'eval_disc_auc' not in e for e in evals)
+
+  # Continuing it as an ELECTRA run is refused before anything is touched. (Its checkpoint
+  # restores onto the MLM model in the next test; resuming is the same code for every objective.)
+  before = tree_digest(mlm_run)
+  line = error_line(run(mlm_run, '--config.num_train_steps=8', check=False))
+  assert "objective 'mlm'" in line and '--config.objective=mlm' in line
+  assert tree_digest(mlm_run) == before
+
+
+def test_mlm_run_fine_tunes_and_exports_like_an_electra_run(mlm_run, tmp_path):
+  # pylint: disable=g-import-not-at-top  (jax in this process only for these checks)
+  import jax
+  import numpy as np
+  import transformers
+  from electra_jax import checkpoint, config as config_lib, optim, train
+  from electra_jax.finetune import init, model as finetune_model
+  from electra_jax.hf import exporting
+  from jax.sharding import NamedSharding, PartitionSpec as P
+
+  saved = exporting.load_run_config(str(mlm_run))
+  manager = checkpoint.make_manager(str(mlm_run), saved.keep_checkpoints)
+  state = checkpoint.restore_latest(manager, train.abstract_train_state(
+      saved, train.make_model(saved), optim.make_optimizer(saved),
+      NamedSharding(train.make_mesh(), P())))
+  manager.close()
+  pretrained = jax.device_get(state.params)
+  assert int(state.step) == 4 and set(pretrained) == {'embeddings', 'discriminator', 'mlm_head'}
+
+  # Fine-tuning starts from it as from an ELECTRA run: its embeddings and discriminator.
+  config = config_lib.load_config_file(str(REPO / 'configs' / 'finetune' / 'glue.py'))
+  config.update(task='mrpc', init_from=str(mlm_run), max_seq_length=64)
+  start = init.load_start(config)
+  assert start.description.endswith('(step 4)')
+  params = init.initial_params(finetune_model.Classifier(start.model, 2), start, 0, 64)
+  assert set(params) == {'embeddings', 'discriminator', 'classifier'}
+  for name in init.ENCODER:
+    for ours, theirs in zip(jax.tree.leaves(params[name]), jax.tree.leaves(pretrained[name])):
+      np.testing.assert_array_equal(ours, theirs)
+
+  # It exports as one ElectraForMaskedLM at the discriminator's sizes, in DIR/mlm.
+  exporting.export_run(str(mlm_run), str(tmp_path / 'hf'))
+  assert sorted(p.name for p in (tmp_path / 'hf').iterdir()) == ['mlm']
+  exported = transformers.ElectraForMaskedLM.from_pretrained(tmp_path / 'hf' / 'mlm')
+  assert exported.config.hidden_size == saved.model.hidden_size
+  assert exported.config.intermediate_size == saved.model.intermediate_size
+
+
 # ---- mistakes a user can make: one clear line, nothing already written damaged ----------------
 
 def error_line(result):

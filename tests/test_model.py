@@ -73,9 +73,13 @@ def _dense(x, p):
   return x @ p['kernel'] + p['bias']
 
 
-def _reference_discriminator(params, ids, segments, num_heads):
-  p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
-  gelu = lambda v: 0.5 * v * (1 + erf(v / np.sqrt(2)))
+def _gelu(v):
+  return 0.5 * v * (1 + erf(v / np.sqrt(2)))
+
+
+def _reference_encoder(p, ids, segments, num_heads):
+  """The embedding block and the discriminator-sized encoder, on float64 parameters `p`."""
+  gelu = _gelu
   emb = p['embeddings']
   x = (emb['word_embeddings']['embedding'][ids] + emb['position_embeddings']['embedding'][
       np.arange(ids.shape[1])][None] + emb['token_type_embeddings']['embedding'][segments])
@@ -95,8 +99,27 @@ def _reference_discriminator(params, ids, segments, num_heads):
     x = _ln(x + _dense(context, layer['attention_output']), layer['attention_layer_norm'])
     x = _ln(x + _dense(gelu(_dense(x, layer['intermediate'])), layer['output']),
             layer['output_layer_norm'])
+  return x
+
+
+def _float64(params):
+  return jax.tree.map(lambda a: np.asarray(a, np.float64), params)
+
+
+def _reference_discriminator(params, ids, segments, num_heads):
+  p = _float64(params)
   head = p['discriminator_head']
-  return _dense(gelu(_dense(x, head['dense'])), head['prediction'])[..., 0]
+  x = _reference_encoder(p, ids, segments, num_heads)
+  return _dense(_gelu(_dense(x, head['dense'])), head['prediction'])[..., 0]
+
+
+def _reference_masked_lm(params, ids, segments, positions, num_heads):
+  """BERT's MLM head at `positions`: dense -> GELU -> LayerNorm -> tied embeddings + bias."""
+  p = _float64(params)
+  head = p['mlm_head']
+  x = np.take_along_axis(_reference_encoder(p, ids, segments, num_heads), positions[..., None], 1)
+  x = _ln(_gelu(_dense(x, head['dense'])), head['layer_norm'])
+  return x @ p['embeddings']['word_embeddings']['embedding'].T + head['output_bias']
 
 
 def test_discriminator_matches_float64_reference():
@@ -114,3 +137,27 @@ def test_discriminator_matches_float64_reference():
   reference = _reference_discriminator(params, ids, segments, config.model.num_heads)
   valid = ids != 0
   np.testing.assert_allclose(np.asarray(ours)[valid], reference[valid], atol=2e-5, rtol=1e-4)
+
+
+def test_masked_lm_is_the_discriminator_encoder_with_an_mlm_head():
+  """objective=mlm: Electra's embeddings and discriminator, as they are, plus mlm_head."""
+  config = load_config('tiny')
+  config.model.vocab_size = 50
+  electra = param_shapes(config)
+  model = model_lib.MaskedLM(config.model)
+  params = jax.tree.map(lambda x: x + 0.01 * np.random.default_rng(0).normal(size=x.shape),
+                        model_lib.init_params(model, jax.random.PRNGKey(0), 12))
+  assert set(params) == {'embeddings', 'discriminator', 'mlm_head'}
+  for name in ('embeddings', 'discriminator'):
+    assert jax.tree.map(np.shape, params[name]) == jax.tree.map(np.shape, electra[name]), name
+  assert params['mlm_head']['dense']['kernel'].shape == (128, 64)  # H -> E
+  rng = np.random.default_rng(1)
+  ids = rng.integers(5, 50, (3, 12))
+  ids[:, 0], ids[1, 8:] = 2, 0
+  segments = (np.arange(12)[None] >= 6).astype(np.int64).repeat(3, 0)
+  positions = np.array([[1, 4, 7], [2, 3, 5], [11, 10, 9]])
+  ours = model.apply({'params': params}, jnp.asarray(ids), jnp.asarray(segments),
+                     jnp.asarray(positions))
+  reference = _reference_masked_lm(params, ids, segments, positions, config.model.num_heads)
+  assert ours.shape == (3, 3, 50) and ours.dtype == jnp.float32
+  np.testing.assert_allclose(np.asarray(ours), reference, atol=2e-5, rtol=1e-4)

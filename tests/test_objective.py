@@ -1,16 +1,18 @@
-"""The ELECTRA objective against the paper's rules."""
+"""The objectives against the papers' rules: ELECTRA's masking and loss, BERT's MLM baseline."""
 
 import functools
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
 from conftest import load_config
 from electra_jax import model as model_lib
 from electra_jax import objective
-PAD_ID, CLS_ID, SEP_ID, MASK_ID = objective.SpecialIds()
+from electra_jax.objective import electra, masking
+PAD_ID, CLS_ID, SEP_ID, MASK_ID, UNK_ID = objective.SpecialIds()
 
 
 def packed_like_sequences(rng, count, length, vocab=1000):
@@ -25,14 +27,23 @@ def packed_like_sequences(rng, count, length, vocab=1000):
   return ids
 
 
-@pytest.fixture(scope='module')
-def masked_10k():
+def mask_10k(mask_fn):
+  """`mask_fn` over 10,240 packed-like sequences of 128 tokens (vocabulary 1000), in chunks."""
   ids = packed_like_sequences(np.random.default_rng(0), 10_240, 128)
-  fn = jax.jit(functools.partial(objective.mask_inputs, mask_prob=0.15))
+  fn = jax.jit(functools.partial(mask_fn, mask_prob=0.15))
   chunks = [fn(jax.random.PRNGKey(i), jnp.asarray(ids[i * 1024:(i + 1) * 1024]))
             for i in range(10)]
-  masked = objective.Masked(*[np.concatenate(parts) for parts in zip(*chunks)])
-  return ids, masked
+  return ids, objective.Masked(*[np.concatenate(parts) for parts in zip(*chunks)])
+
+
+@pytest.fixture(scope='module')
+def masked_10k():
+  return mask_10k(masking.mask_inputs)
+
+
+@pytest.fixture(scope='module')
+def bert_masked_10k():
+  return mask_10k(functools.partial(masking.bert_mask_inputs, vocab_size=1000))
 
 
 def test_slot_count_as_original():
@@ -41,8 +52,8 @@ def test_slot_count_as_original():
   assert objective.num_slots(512, 0.25) == 130
 
 
-def test_masking_statistics_over_10k_sequences(masked_10k):
-  ids, m = masked_10k
+def check_selection(ids, m):
+  """The selection rule every objective shares; returns the originals and what was written."""
   selected = m.weights > 0
   num_tokens = (ids != PAD_ID).sum(-1)
   # Per sequence exactly max(1, min(N, round(num_tokens * p))) positions are selected...
@@ -55,24 +66,58 @@ def test_masking_statistics_over_10k_sequences(masked_10k):
   originals = np.take_along_axis(ids, m.positions, 1)[selected]
   assert not np.isin(originals, [PAD_ID, CLS_ID, SEP_ID, MASK_ID]).any()
   assert all(len(set(p[s])) == s.sum() for p, s in zip(m.positions, selected))
-  # 85% of selected positions become [MASK]; the rest keep their token (never a random one).
-  written = np.take_along_axis(m.input_ids, m.positions, 1)[selected]
-  mask_share = (written == MASK_ID).mean()
-  assert abs(mask_share - 0.85) < 0.02, mask_share
-  np.testing.assert_array_equal(written[written != MASK_ID], originals[written != MASK_ID])
+  np.testing.assert_array_equal(np.asarray(m.targets)[selected], originals)
   # Positions that were not selected are untouched.
   untouched = np.ones_like(ids, bool)
   np.put_along_axis(untouched, np.where(selected, m.positions, 0), ~selected, 1)
   untouched[:, 0] = True  # position 0 ([CLS]) is never selected; the put above may hit it
   np.testing.assert_array_equal(m.input_ids[untouched], ids[untouched])
-  print(f'selected fraction {fraction:.4f}, [MASK] share {mask_share:.4f}')
+  print(f'selected fraction {fraction:.4f}')
+  return originals, np.take_along_axis(m.input_ids, m.positions, 1)[selected]
+
+
+def test_masking_statistics_over_10k_sequences(masked_10k):
+  originals, written = check_selection(*masked_10k)
+  # 85% of selected positions become [MASK]; the rest keep their token (never a random one).
+  mask_share = (written == MASK_ID).mean()
+  assert abs(mask_share - 0.85) < 0.02, mask_share
+  np.testing.assert_array_equal(written[written != MASK_ID], originals[written != MASK_ID])
+  print(f'[MASK] share {mask_share:.4f}')
+
+
+def test_bert_masking_statistics_over_10k_sequences(bert_masked_10k):
+  """BERT's rule on ELECTRA's selection: 80% [MASK], 10% a random token, 10% unchanged."""
+  originals, written = check_selection(*bert_masked_10k)
+  masked, kept = written == MASK_ID, written == originals
+  replaced = ~masked & ~kept
+  shares = [float(x.mean()) for x in (masked, replaced, kept)]
+  # ~190,000 selected positions: each share within 1 point (about 10 standard deviations).
+  np.testing.assert_allclose(shares, [0.8, 0.1, 0.1], atol=0.01)
+  # Random tokens are never special, and every ordinary id of the vocabulary turns up.
+  assert set(written[replaced].tolist()) == set(range(5, 1000))
+  print(f'[MASK] / random / unchanged shares {shares}')
+
+
+@pytest.mark.parametrize('special', [objective.SpecialIds(),
+                                     objective.SpecialIds(pad=0, cls=101, sep=102, mask=103,
+                                                          unk=100)])
+def test_random_tokens_are_uniform_over_the_non_special_ids(special):
+  draws = np.asarray(masking.random_tokens(jax.random.PRNGKey(0), (1_000_000,), 120, special))
+  counts = np.bincount(draws, minlength=120)
+  allowed = np.setdiff1d(np.arange(120), list(special))
+  assert counts[list(special)].sum() == 0 and (counts[allowed] > 0).all()
+  # Pearson's chi-square against uniform over the allowed ids: mean = dof, sd = sqrt(2 dof).
+  expected = len(draws) / len(allowed)
+  chi2 = (((counts[allowed] - expected) ** 2) / expected).sum()
+  dof = len(allowed) - 1
+  assert chi2 < dof + 5 * np.sqrt(2 * dof), chi2
 
 
 def test_special_ids_come_from_the_vocabulary():
   # A BERT WordPiece vocabulary: [CLS]=101, [SEP]=102, [MASK]=103.
   bert = objective.SpecialIds(pad=0, cls=101, sep=102, mask=103)
   ids = jnp.array([[101, 7, 8, 9, 102, 2, 3, 4, 102] + [0] * 23] * 64)
-  m = objective.mask_inputs(jax.random.PRNGKey(0), ids, 0.5, bert)
+  m = masking.mask_inputs(jax.random.PRNGKey(0), ids, 0.5, bert)
   chosen = np.take_along_axis(np.asarray(ids), np.asarray(m.positions), 1)[np.asarray(m.weights) > 0]
   assert not np.isin(chosen, [0, 101, 102]).any() and np.isin([2, 3, 4], chosen).all()
   assert (np.asarray(m.input_ids) == 103).any()
@@ -80,7 +125,7 @@ def test_special_ids_come_from_the_vocabulary():
 
 def test_sequence_with_few_candidates_selects_only_candidates():
   ids = jnp.array([[CLS_ID, 7, SEP_ID] + [PAD_ID] * 29])
-  m = objective.mask_inputs(jax.random.PRNGKey(0), ids, 0.15)
+  m = masking.mask_inputs(jax.random.PRNGKey(0), ids, 0.15)
   assert float(m.weights.sum()) == 1.0
   assert int(m.positions[0, 0]) == 1
 
@@ -90,7 +135,7 @@ def test_correct_sample_is_labelled_original():
   masked = objective.Masked(input_ids=ids, positions=jnp.array([[1, 2, 3]]),
                             weights=jnp.array([[1.0, 1.0, 0.0]]), targets=jnp.array([[10, 11, 12]]))
   sampled = jnp.array([[10, 99, 98]])  # slot 0 samples the original, slot 2 is unused
-  fake, labels = objective.replace_and_label(ids, masked, sampled)
+  fake, labels = masking.replace_and_label(ids, masked, sampled)
   np.testing.assert_array_equal(fake, [[CLS_ID, 10, 99, 12, 13, SEP_ID, PAD_ID, PAD_ID]])
   np.testing.assert_array_equal(labels, [[0, 0, 1, 0, 0, 0, 0, 0]])
 
@@ -99,7 +144,7 @@ def test_sampling_follows_softmax_with_temperature():
   logits = jnp.log(jnp.array([[0.1, 0.2, 0.3, 0.4]]))
   for temperature in (1.0, 0.5):
     keys = jax.random.split(jax.random.PRNGKey(0), 40_000)
-    draws = jax.vmap(lambda k: objective.sample_replacements(k[None], logits[None], temperature))(
+    draws = jax.vmap(lambda k: masking.sample_replacements(k[None], logits[None], temperature))(
         keys)
     freq = np.bincount(np.asarray(draws).ravel(), minlength=4) / draws.size
     expected = np.asarray(jax.nn.softmax(logits / temperature))[0]
@@ -121,7 +166,7 @@ def test_rtd_gradient_never_reaches_the_generator(tiny_model):
   config, model, params, batch = tiny_model
 
   def losses(p):
-    _, stats = objective.electra_loss(model.apply, p, batch, jax.random.PRNGKey(3), config)
+    _, stats = objective.loss(model.apply, p, batch, jax.random.PRNGKey(3), config)
     return jnp.stack([stats['mlm_loss'], stats['disc_loss']])
 
   # d(MLM)/d(params) and d(RTD)/d(params) in one compiled reverse pass over both rows.
@@ -139,7 +184,7 @@ def test_rtd_gradient_never_reaches_the_generator(tiny_model):
 
 def test_loss_is_weighted_sum_and_metrics_are_rates(tiny_model):
   config, model, params, batch = tiny_model
-  loss, stats = jax.jit(lambda p: objective.electra_loss(
+  loss, stats = jax.jit(lambda p: objective.loss(
       model.apply, p, batch, jax.random.PRNGKey(4), config))(params)
   np.testing.assert_allclose(loss, stats['mlm_loss'] + 50.0 * stats['disc_loss'], rtol=1e-6)
   metrics = objective.summarize(jax.device_get(stats), 1)
@@ -150,18 +195,64 @@ def test_loss_is_weighted_sum_and_metrics_are_rates(tiny_model):
   assert 0.0 < metrics['replaced_fraction'] <= 0.16
 
 
+def float64_cross_entropy(logits, masked):
+  """Mean negative log-likelihood of the targets over the selected positions, in float64."""
+  logits = np.asarray(logits, np.float64)
+  top = logits.max(-1, keepdims=True)
+  log_probs = logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
+  nll = -np.take_along_axis(log_probs, np.asarray(masked.targets)[..., None], -1)[..., 0]
+  weights = np.asarray(masked.weights)
+  return (nll * weights).sum() / weights.sum()
+
+
 def test_mlm_loss_matches_float64_cross_entropy(tiny_model):
   config, model, params, batch = tiny_model
   rng = jax.random.PRNGKey(5)
-  _, stats = objective.electra_loss(model.apply, params, batch, rng, config, train=False)
-  masked = objective.prepare(jax.random.split(rng)[0], batch['input_ids'], config).masked
-  logits = np.asarray(model.apply({'params': params}, masked.input_ids, batch['segment_ids'],
-                                  masked.positions, method='generate'), np.float64)
-  log_probs = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) \
-      - logits.max(-1, keepdims=True)
-  nll = -np.take_along_axis(log_probs, np.asarray(masked.targets)[..., None], -1)[..., 0]
-  w = np.asarray(masked.weights)
-  np.testing.assert_allclose(float(stats['mlm_loss']), (nll * w).sum() / w.sum(), rtol=1e-5)
+  _, stats = objective.loss(model.apply, params, batch, rng, config, train=False)
+  masked = objective.draw(rng, batch['input_ids'], config)[0].masked
+  logits = model.apply({'params': params}, masked.input_ids, batch['segment_ids'],
+                       masked.positions, method='generate')
+  np.testing.assert_allclose(float(stats['mlm_loss']), float64_cross_entropy(logits, masked),
+                             rtol=1e-5)
+
+
+@pytest.fixture(scope='module')
+def tiny_mlm(tiny_model):
+  config, _, _, batch = tiny_model
+  config = ml_collections.ConfigDict(config.to_dict())
+  config.objective = 'mlm'
+  model = objective.get(config).model(config.model)
+  params = jax.jit(lambda rng: model_lib.init_params(model, rng, 32))(jax.random.PRNGKey(0))
+  return config, model, params, batch
+
+
+def test_mlm_objective_is_cross_entropy_at_the_bert_masked_positions(tiny_mlm):
+  config, model, params, batch = tiny_mlm
+  assert set(params) == {'embeddings', 'discriminator', 'mlm_head'}  # no generator
+  rng = jax.random.PRNGKey(6)
+  loss, stats = jax.jit(lambda p: objective.loss(model.apply, p, batch, rng, config,
+                                                 train=False))(params)
+  prepared = objective.draw(rng, batch['input_ids'], config)[0]
+  masked = prepared.masked
+  assert prepared.sample_keys is None and float(prepared.mlm_count) == masked.weights.sum()
+  assert (np.asarray(masked.input_ids) == MASK_ID).any()
+  # The loss is the network's cross-entropy on the masked input, at the selected positions.
+  logits = model.apply({'params': params}, masked.input_ids, batch['segment_ids'],
+                       masked.positions)
+  assert logits.shape == masked.positions.shape + (config.model.vocab_size,)
+  np.testing.assert_allclose(float(loss), float64_cross_entropy(logits, masked), rtol=1e-5)
+  # Metrics: the MLM ones under their usual names, and nothing of the discriminator.
+  metrics = objective.summarize(jax.device_get(stats), 1)
+  assert set(metrics) == {'loss', 'mlm_loss', 'mlm_accuracy'}
+  assert metrics['loss'] == metrics['mlm_loss'] == pytest.approx(float(loss))
+  weights = np.asarray(masked.weights)
+  hits = (np.argmax(np.asarray(logits), -1) == np.asarray(masked.targets)) * weights
+  assert metrics['mlm_accuracy'] == pytest.approx(hits.sum() / weights.sum())
+  # With dropout on, the loss trains every part of the network.
+  grads = jax.jit(jax.grad(lambda p: objective.loss(model.apply, p, batch, rng, config)[0]))(
+      params)
+  for part, tree in grads.items():
+    assert all(np.abs(g).sum() > 0 for g in jax.tree.leaves(tree) if g.ndim > 1), part
 
 
 def test_batch_auc_matches_pairwise_definition():
@@ -169,11 +260,11 @@ def test_batch_auc_matches_pairwise_definition():
   labels = (rng.random((8, 64)) < 0.1).astype(np.float32)
   weights = (rng.random((8, 64)) < 0.9).astype(np.float32)
   scores = rng.normal(0.5 * labels, 1.0).astype(np.float32)
-  auc = float(objective.batch_auc(jnp.asarray(scores), jnp.asarray(labels), jnp.asarray(weights)))
+  auc = float(electra.batch_auc(jnp.asarray(scores), jnp.asarray(labels), jnp.asarray(weights)))
   valid = weights > 0
   pos, neg = scores[valid & (labels > 0)], scores[valid & (labels == 0)]
   exact = (pos[:, None] > neg[None]).mean()
   np.testing.assert_allclose(auc, exact, rtol=1e-6)
   # Tiny but consistent differences still rank perfectly (a binned AUC would say 0.5 here).
   tiny = jnp.asarray(-1.75 + 1e-4 * labels)
-  assert float(objective.batch_auc(tiny, jnp.asarray(labels), jnp.ones_like(tiny))) == 1.0
+  assert float(electra.batch_auc(tiny, jnp.asarray(labels), jnp.ones_like(tiny))) == 1.0

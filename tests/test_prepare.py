@@ -55,7 +55,7 @@ def test_shards_hold_the_packing_of_each_unit_whatever_the_workers(prepared, voc
   expected = []
   for u, unit in enumerate(units):  # Each unit is packed with its own stream (seed, source, unit).
     docs = [vocab.encode(d) for d in sources.read_unit(unit)]
-    pairs = packing.segment_pairs(docs, 64, np.random.default_rng([0, 0, u]))
+    pairs = packing.PACKINGS[unit.packing](docs, 64, np.random.default_rng([0, 0, u]))
     for pair in pairs:
       ids, segments = np.zeros(64, np.int32), np.zeros(64, np.int32)
       packing.fill_example(pair, ids, segments, vocab.cls_id, vocab.sep_id)
@@ -140,13 +140,16 @@ def test_main_prepares_local_files_once_and_again_when_they_change(tmp_path, voc
     patch.setattr(preparation, 'prepare_split', lambda *a, **k: pytest.fail('not reused'))
     assert len(ensure(64)) == len(built)
   assert ensure(32).max_seq_length == 32  # Another length: prepared again.
-  shorter = len(ensure(32))
+  tokens = lambda examples: examples.manifest['counts']['tokens']
+  shorter = ensure(32)
   with open(corpus, 'a') as f:  # So does a changed corpus.
     f.write('\n A new paragraph about lobsters .\n')
-  assert len(ensure(32)) == shorter + 1
+  grown = ensure(32)
+  added = vocab.encode(['A new paragraph about lobsters .'])[0]
+  assert tokens(grown) == tokens(shorter) + len(added)
   shard = next(out.glob('shard-*'))
   shard.write_bytes(shard.read_bytes()[:-10])  # A broken cache is rebuilt, not trusted.
-  assert len(ensure(32)) == shorter + 1
+  assert len(ensure(32)) == len(grown)
   (tmp_path / 'empty.txt').write_text('\n \n')
   with pytest.raises(UsageError, match="corpus .*empty.txt holds no text"):
     preparation.ensure_prepared([source(tmp_path / 'empty.txt')], vocab, str(tmp_path / 'e'),
@@ -246,6 +249,9 @@ def test_prepare_cli_writes_once_and_refuses_to_replace(tfds_prepared):
   assert [line['split'] for line in lines] == ['train', 'eval']
   assert lines[0]['documents'] == 60 and lines[0]['examples'] > 1000
   assert 0 < lines[0]['padding_fraction'] < 0.5 and lines[0]['tokens_per_s'] > 0
+  # TFDS text is packed as the original packs it: what does not fit is dropped.
+  assert lines[0]['kept_fraction'] == round(lines[0]['tokens_in_examples'] / lines[0]['tokens'], 6)
+  assert 0 < lines[0]['kept_fraction'] < 1
   out = root / 'prepared'
   assert (out / 'vocab.model').exists() and (out / 'eval' / 'manifest.json').exists()
   before = tree_digest(out)

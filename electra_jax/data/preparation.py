@@ -83,7 +83,7 @@ def pack_unit(task: _Task) -> dict:
   documents = _tokenized(sources_lib.read_unit(task.unit), vocab, counts)
   # Rows go into preallocated blocks: an array per example would cost far more memory.
   blocks, filled = [], _ROWS_PER_BLOCK
-  for pair in packing.segment_pairs(documents, task.max_seq_length, rng):
+  for pair in packing.PACKINGS[task.unit.packing](documents, task.max_seq_length, rng):
     if filled == _ROWS_PER_BLOCK:
       blocks.append(np.zeros(_ROWS_PER_BLOCK, dtype))
       filled = 0
@@ -120,9 +120,11 @@ def _summary(results: Sequence[dict], max_seq_length: int) -> dict:
   total = lambda name: sum(r['counts'][name] for r in results)
   examples = sum(r['entry']['examples'] for r in results)
   slots = examples * max_seq_length
+  kept = slots - total('padding') - total('specials')
   return {'documents': total('documents'), 'tokens': total('tokens'), 'examples': examples,
-          # Packing drops the part of a line that does not fit an example; this shows how much.
-          'tokens_in_examples': slots - total('padding') - total('specials'),
+          # Packing 'original' drops what does not fit an example; these show how much.
+          'tokens_in_examples': kept,
+          'kept_fraction': round(kept / total('tokens'), 6) if total('tokens') else 0.0,
           'padding_fraction': round(total('padding') / slots, 6) if slots else 0.0}
 
 
@@ -183,9 +185,10 @@ def prepare_split(sources: Sequence[sources_lib.Source],
     _commit(tmp_dir, out_dir)
   finally:
     shutil.rmtree(tmp_dir, ignore_errors=True)
-  logging.info('%s: %d documents, %d tokens -> %d examples of %d tokens (%d tokens kept, %.1f%% '
-               'padding) in %d shards, %.1fs (%.0f tokens/s) from %s', name, counts['documents'],
-               counts['tokens'], counts['examples'], max_seq_length, counts['tokens_in_examples'],
+  logging.info('%s: %d documents, %d tokens -> %d examples of %d tokens (%d tokens kept: %.1f%%; '
+               '%.1f%% padding) in %d shards, %.1fs (%.0f tokens/s) from %s', name,
+               counts['documents'], counts['tokens'], counts['examples'], max_seq_length,
+               counts['tokens_in_examples'], 100 * counts['kept_fraction'],
                100 * counts['padding_fraction'], len(tasks), seconds,
                counts['tokens'] / max(seconds, 1e-9), sources_lib.describe(sources))
   return manifest

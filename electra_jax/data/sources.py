@@ -5,17 +5,20 @@ A source is one item of the comma-separated `data.sources` (or `data.eval_source
   tfds:NAME[/CONFIG][:VERSION][:SPLIT[:FEATURE]]   a TFDS dataset, e.g. tfds:wikipedia/20230601.en
                                                    (split 'train', feature 'text' by default;
                                                    slices like train[:99%] work)
-  PATH_OR_GLOB                                     .txt / .txt.gz / other text files, one sentence
-                                                   or paragraph per line, blank line between
-                                                   documents; .jsonl / .jsonl.gz, one document
-                                                   per line in the field data.text_field
+  PATH_OR_GLOB                                     .txt / .txt.gz / other text files in
+                                                   data.text_format (formats.py: plain lines,
+                                                   Gutenberg books, WikiExtractor, WikiText; by
+                                                   default detected per file); .jsonl /
+                                                   .jsonl.gz, one document per line in the field
+                                                   data.text_field
 
 Either may end in @WEIGHT to make the sources a weighted mixture (weights on all or none).
 
 Preparation reads a source as a list of units, each a stretch of documents that one worker
 tokenizes and packs into one shard: a ~64 MB byte range of a text file (cut between documents),
-a whole .gz file, or a range of a TFDS split. The units, and so the shards and the example ids,
-depend only on the data, never on the number of workers.
+a whole book, a whole .gz file, or a range of a TFDS split. A unit also records how its
+documents become examples (data.packing, see packing.py). The units, and so the shards and the
+example ids, depend only on the data, never on the number of workers.
 """
 
 from collections.abc import Iterator, Sequence
@@ -26,12 +29,15 @@ import re
 
 import numpy as np
 
+from electra_jax.data import formats
 from electra_jax.data import text
 from electra_jax.data import tfds_source
 from electra_jax.data import vocab as vocab_lib
 from electra_jax.errors import UsageError
 
 UNIT_BYTES = 64 << 20  # Text per unit of work (and per shard) when a file can be cut.
+TEXT_FORMATS = ('auto', *formats.FORMATS)
+PACKINGS = ('auto', 'original', 'fill')
 # Vocabulary sampling stops reading once it has seen this many times the lines it keeps.
 _SAMPLE_OVERREAD = 10
 
@@ -52,6 +58,8 @@ class Source:
   tfds_name: str = ''         # for tfds: NAME[/CONFIG][:VERSION]
   split: str = ''
   feature: str = ''
+  text_format: str = 'auto'   # data.text_format: how text files are read
+  packing: str = 'auto'       # data.packing: how documents become examples
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +73,8 @@ class Unit:
   field: str = ''             # jsonl: the JSON field; tfds: the feature
   data_dir: str = ''          # tfds: the data_dir ('' = TFDS's default)
   file: str = ''              # tfrecord: the TFRecord file
+  text_format: str = 'lines'  # text: the file's format (formats.FORMATS), never 'auto'
+  packing: str = 'original'   # 'original' or 'fill' (packing.py), never 'auto'
 
 
 def _parse_weight(item: str, setting: str) -> tuple[str, float | None]:
@@ -81,23 +91,26 @@ def _parse_weight(item: str, setting: str) -> tuple[str, float | None]:
   return body, value
 
 
-def parse_sources(value: str, setting: str = 'data.sources') -> list[Source]:
+def parse_sources(value: str, setting: str = 'data.sources', *, text_format: str = 'auto',
+                  packing: str = 'auto') -> list[Source]:
   """The sources of a comma-separated spec; `setting` names the config field for messages."""
+  _check_choices(text_format, packing)
+  how = {'setting': setting, 'text_format': text_format, 'packing': packing}
   sources = []
   for item in (i.strip() for i in value.split(',')):
     if not item:
       continue
     spec, weight = _parse_weight(item, setting)
     if not spec.startswith('tfds:'):
-      sources.append(Source(spec=spec, weight=weight, setting=setting))
+      sources.append(Source(spec=spec, weight=weight, **how))
       continue
     match = _TFDS_SPEC.match(spec)
     if not match:
       raise UsageError(f"cannot parse '{spec}' in {setting}; write tfds:NAME[/CONFIG][:SPLIT"
                        '[:FEATURE]], e.g. tfds:wikipedia/20230601.en:train:text')
     name = match['name'] + (f":{match['version']}" if match['version'] else '')
-    sources.append(Source(spec=spec, weight=weight, setting=setting, tfds_name=name,
-                          split=match['split'] or 'train', feature=match['feature'] or 'text'))
+    sources.append(Source(spec=spec, weight=weight, tfds_name=name, split=match['split'] or
+                          'train', feature=match['feature'] or 'text', **how))
   if not sources:
     raise UsageError(f'{setting} names no source; pass --config.{setting}=PATH_OR_GLOB or '
                      'tfds:NAME')
@@ -108,6 +121,14 @@ def parse_sources(value: str, setting: str = 'data.sources') -> list[Source]:
   return sources
 
 
+def _check_choices(text_format: str, packing: str) -> None:
+  for field, value, choices in (('text_format', text_format, TEXT_FORMATS),
+                                ('packing', packing, PACKINGS)):
+    if value not in choices:
+      raise UsageError(f"data.{field}={value!r} is not one of {', '.join(choices)}; set "
+                       f'--config.data.{field}=auto (or another of them)')
+
+
 def from_config(data_config, split: str) -> list[Source] | None:
   """The sources of 'train' or 'eval' in the config's data section, or None if it names none.
 
@@ -116,12 +137,15 @@ def from_config(data_config, split: str) -> list[Source] | None:
   files_field = f'{split}_files'
   sources_field = 'sources' if split == 'train' else 'eval_sources'
   files, specs = data_config[files_field], data_config[sources_field]
+  how = {'text_format': data_config.get('text_format', 'auto'),
+         'packing': data_config.get('packing', 'auto')}
   if files and specs:
     raise UsageError(f'set config.data.{files_field} or data.{sources_field}, not both')
   if specs:
-    return parse_sources(specs, setting=f'data.{sources_field}')
+    return parse_sources(specs, setting=f'data.{sources_field}', **how)
   if files:
-    return [Source(spec=p.strip(), weight=None, setting=f'data.{files_field}')
+    _check_choices(**how)
+    return [Source(spec=p.strip(), weight=None, setting=f'data.{files_field}', **how)
             for p in files.split(',') if p.strip()]
   return None
 
@@ -130,13 +154,25 @@ def _is_jsonl(path: str) -> bool:
   return path.removesuffix('.gz').endswith('.jsonl')
 
 
+def _packing(source: Source, text_format: str) -> str:
+  """'auto' fills the examples of the formats whose paragraphs are cut into sentences here."""
+  if source.packing != 'auto':
+    return source.packing
+  return 'original' if text_format == 'lines' else 'fill'
+
+
 def _file_units(source: Source, text_field: str, unit_bytes: int) -> list[Unit]:
   units = []
   for path in text.resolve_files(source.spec, setting=source.setting):
-    kind = 'jsonl' if _is_jsonl(path) else 'text'
-    for start, stop in text.line_ranges(path, unit_bytes, by_document=kind == 'text'):
-      units.append(Unit(kind=kind, path=path, start=start, stop=stop,
-                        field=text_field if kind == 'jsonl' else ''))
+    if _is_jsonl(path):
+      units += [Unit(kind='jsonl', path=path, start=start, stop=stop, field=text_field,
+                     packing=_packing(source, 'lines'))
+                for start, stop in text.line_ranges(path, unit_bytes)]
+      continue
+    text_format = formats.file_format(path, source.text_format)
+    units += [Unit(kind='text', path=path, start=start, stop=stop, text_format=text_format,
+                   packing=_packing(source, text_format))
+              for start, stop in formats.byte_ranges(path, text_format, unit_bytes)]
   return units
 
 
@@ -146,7 +182,8 @@ def source_units(source: Source, *, tfds_data_dir: str = '', text_field: str = '
   if not source.tfds_name:
     return _file_units(source, text_field, unit_bytes)
   return [Unit(kind=kind, path=source.tfds_name, start=start, stop=stop, split=source.split,
-               field=source.feature, data_dir=tfds_data_dir, file=file)
+               field=source.feature, data_dir=tfds_data_dir, file=file,
+               packing=_packing(source, 'lines'))
           for kind, file, start, stop in tfds_source.split_units(
               source.tfds_name, source.split, source.feature, tfds_data_dir, unit_bytes)]
 
@@ -182,7 +219,7 @@ def _jsonl_documents(unit: Unit) -> Iterator[list[str]]:
 def read_unit(unit: Unit) -> Iterator[list[str]]:
   """Yields the documents of a unit, each as its list of non-empty lines."""
   if unit.kind == 'text':
-    return text.documents_of_lines(text.read_lines(unit.path, unit.start, unit.stop))
+    return formats.read_documents(unit.path, unit.text_format, unit.start, unit.stop)
   if unit.kind == 'jsonl':
     return _jsonl_documents(unit)
   texts = tfds_source.read_texts(unit.kind, unit.path, unit.file, unit.split, unit.field,
@@ -190,17 +227,24 @@ def read_unit(unit: Unit) -> Iterator[list[str]]:
   return (document for document in map(text_to_document, texts) if document)
 
 
+def _reading(unit: Unit) -> dict:
+  """How a unit's text becomes examples, where that is not the original's way: data prepared
+  before formats and packings could be chosen keeps its identity."""
+  reading = {'format': unit.text_format} if unit.text_format != 'lines' else {}
+  return reading | ({'packing': unit.packing} if unit.packing != 'original' else {})
+
+
 def identity(source: Source, units: Sequence[Unit]) -> dict:
   """What the prepared data of a source was made from, to tell when it must be remade."""
   record = {'spec': source.spec, 'weight': source.weight}
   if source.tfds_name:
     record['tfds'] = tfds_source.identity(source.tfds_name, source.split, units[0].data_dir)
-    return record
+    return record | _reading(units[0])
   record['files'] = []
-  for path in dict.fromkeys(u.path for u in units):  # Each file once, in order.
-    stat = os.stat(path)
-    record['files'].append({'path': os.path.abspath(path), 'bytes': stat.st_size,
-                            'mtime_ns': stat.st_mtime_ns})
+  for unit in {u.path: u for u in units}.values():  # Each file once, in order.
+    stat = os.stat(unit.path)
+    record['files'].append({'path': os.path.abspath(unit.path), 'bytes': stat.st_size,
+                            'mtime_ns': stat.st_mtime_ns, **_reading(unit)})
   return record
 
 

@@ -1,13 +1,14 @@
-"""Reading plain-text corpora: one sentence or paragraph per line, a blank line between documents.
+"""Reading text files line by line, and plain corpora: one sentence or paragraph per line.
 
-This is the input format of google-research/electra's build_pretraining_dataset.py. Files must
-be UTF-8 (a .gz file is decompressed as it is read); a bad byte is reported with its file, line
-and byte offset rather than silently replaced, because replaced text would quietly end up in the
-vocabulary and the examples. Big files are read in byte ranges cut between documents, so several
-workers can prepare one file.
+A plain corpus has a blank line between documents: the input format of google-research/electra's
+build_pretraining_dataset.py (formats.py reads books and Wikipedia from the same lines). Files
+must be UTF-8 (a .gz file is decompressed as it is read); a bad byte is reported with its file,
+line and byte offset rather than silently replaced, because replaced text would quietly end up
+in the vocabulary and the examples. Big files are read in byte ranges cut between documents, so
+several workers can prepare one file.
 """
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 import glob
 import gzip
 import os
@@ -123,12 +124,17 @@ def read_documents(files: Iterable[str]) -> Iterator[list[str]]:
     yield from documents_of_lines(read_lines(path))
 
 
-def line_ranges(path: str, unit_bytes: int, by_document: bool) -> list[tuple[int, int | None]]:
+def line_ranges(path: str, unit_bytes: int, *,
+                ends_document: Callable[[bytes], bool] | None = None,
+                starts_document: Callable[[bytes], bool] | None = None
+                ) -> list[tuple[int, int | None]]:
   """Cuts a file into byte ranges of about `unit_bytes` that start at a line (or document).
 
-  With `by_document`, a range starts only after a blank line, so no document is cut in two;
-  reading the ranges one after another gives the documents of the whole file. A .gz file
-  cannot be entered in the middle and is one range. `None` as the end means the end of file.
+  With `ends_document` a range starts only after a line it accepts (a blank line, '</doc>'),
+  with `starts_document` only at a line it accepts (a title), so no document is cut in two;
+  without either, at any line. Reading the ranges one after another gives the documents of
+  the whole file. A .gz file cannot be entered in the middle and is one range. `None` as the
+  end means the end of file.
   """
   size = os.path.getsize(path)
   if path.endswith('.gz') or size <= unit_bytes:
@@ -140,9 +146,13 @@ def line_ranges(path: str, unit_bytes: int, by_document: bool) -> list[tuple[int
         continue  # The previous cut already passed this point (a long document).
       f.seek(nominal - 1)
       f.readline()  # To the start of the first line at or after `nominal`.
-      if by_document:
-        while (line := f.readline()) and line.strip():
-          pass  # Past the next blank line: what follows starts a document.
+      if ends_document or starts_document:
+        while line := f.readline():  # To the start of the next document.
+          if starts_document and starts_document(line):
+            f.seek(-len(line), os.SEEK_CUR)
+            break
+          if ends_document and ends_document(line):
+            break
       if f.tell() >= size:
         break
       starts.append(f.tell())

@@ -1,8 +1,8 @@
 """Where fine-tuning starts: a pretraining run, a Hugging Face ELECTRA directory, or nothing.
 
   * a run workdir (config.json + checkpoints/): the latest checkpoint's `embeddings` and
-    `discriminator` parameters, the run's model config and its vocabulary; the generator is
-    dropped;
+    `discriminator` parameters, the run's model config and its vocabulary; the generator (or,
+    for a run of objective 'mlm', the MLM head) is dropped;
   * a Hugging Face directory (ElectraForPreTraining, e.g. google/electra-small-discriminator, or
     one holding discriminator/ as our export writes it): converted by electra_jax.hf;
   * '' (random initialisation, the baseline): the model section and vocabulary of the config.

@@ -1,8 +1,9 @@
-"""A run's checkpoint -> two transformers directories, DIR/discriminator and DIR/generator.
+"""A run's checkpoint -> transformers directories: DIR/discriminator and DIR/generator.
 
-Each directory is complete on its own: config.json, model.safetensors (with its own copy of the
-shared embedding block) and the tokenizer files, so `from_pretrained(DIR/discriminator)` and
-`pipeline("fill-mask", DIR/generator)` work offline.
+A run of objective 'mlm' has one network, exported as DIR/mlm (an ElectraForMaskedLM at the
+discriminator's sizes). Each directory is complete on its own: config.json, model.safetensors
+(with its own copy of the shared embedding block) and the tokenizer files, so
+`from_pretrained(DIR/discriminator)` and `pipeline("fill-mask", DIR/generator)` work offline.
 """
 
 import json
@@ -14,10 +15,13 @@ import jax
 import ml_collections
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from electra_jax import checkpoint, input_pipeline, optim, storage, train
+from electra_jax import checkpoint, config as config_lib, input_pipeline, objective, optim
+from electra_jax import storage, train
 from electra_jax.errors import UsageError
 from electra_jax.hf import files, model_config, params as params_lib, tokenizer
-from electra_jax.model import Electra
+
+# The networks (params.NETWORKS) a run exports, by its objective; each gets DIR/<network>.
+EXPORTED = {'electra': ('discriminator', 'generator'), 'mlm': ('mlm',)}
 
 
 class Run(NamedTuple):
@@ -33,14 +37,16 @@ def load_run_config(workdir: str) -> ml_collections.ConfigDict:
   if not storage.is_file(path):
     raise UsageError(f"'{workdir}' holds no run (no config.json); pass the --workdir of a "
                      'pretraining run')
-  return ml_collections.ConfigDict(json.loads(storage.read_text(path)))
+  saved = json.loads(storage.read_text(path))
+  saved['objective'] = config_lib.saved_objective(saved)
+  return ml_collections.ConfigDict(saved)
 
 
 def abstract_state(config: ml_collections.ConfigDict) -> train.TrainState:
   """The trainer's state as shapes, replicated on this host's devices, allocating nothing."""
   replicated = NamedSharding(train.make_mesh(), P())
-  return train.abstract_train_state(config, Electra(config.model), optim.make_optimizer(config),
-                                    replicated)
+  return train.abstract_train_state(config, objective.get(config).model(config.model),
+                                    optim.make_optimizer(config), replicated)
 
 
 def load_run(workdir: str, step: int | None = None) -> Run:
@@ -70,22 +76,23 @@ def load_run(workdir: str, step: int | None = None) -> Run:
 
 
 def export_params(params: dict[str, Any], model: ml_collections.ConfigDict, vocab,
-                  out_dir: str) -> dict[str, str]:
-  """Writes DIR/discriminator and DIR/generator; returns their paths by kind."""
+                  out_dir: str, objective_name: str = 'electra') -> dict[str, str]:
+  """Writes DIR/<network> for each network of the objective; returns their paths by network."""
   written = {}
-  for kind in params_lib.KINDS:
-    path = os.path.join(out_dir, kind)
-    files.write_model_dir(path, model_config.to_hf(model, kind), params_lib.to_hf(params, kind))
+  for network in EXPORTED[objective_name]:
+    path = os.path.join(out_dir, network)
+    files.write_model_dir(path, model_config.to_hf(model, network),
+                          params_lib.to_hf(params, network))
     tokenizer.write_tokenizer(vocab, path, model_max_length=model.max_position_embeddings)
-    written[kind] = path
+    written[network] = path
   return written
 
 
-def _existing_outputs(out_dir: str, overwrite: bool) -> list[str]:
+def _existing_outputs(out_dir: str, networks: tuple[str, ...], overwrite: bool) -> list[str]:
   """The output directories that already hold something (refused unless overwriting)."""
   existing = []
-  for kind in params_lib.KINDS:
-    path = os.path.join(out_dir, kind)
+  for network in networks:
+    path = os.path.join(out_dir, network)
     if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
       if not overwrite:
         raise UsageError(f"'{path}' already exists; choose another --out or pass --overwrite")
@@ -99,12 +106,13 @@ def export_run(workdir: str, out_dir: str, step: int | None = None,
   if storage.is_uri(out_dir):
     raise UsageError(f"--out='{out_dir}' is not a local path; export to local disk, then copy "
                      'the directory (gcloud storage cp -r)')
-  existing = _existing_outputs(out_dir, overwrite)
+  networks = EXPORTED[load_run_config(workdir).objective]
+  existing = _existing_outputs(out_dir, networks, overwrite)
   run = load_run(workdir, step)  # before removing anything, so a mistake costs nothing
   for path in existing:
     if os.path.isdir(path):
       shutil.rmtree(path)
     else:
       os.remove(path)
-  export_params(run.params, run.config.model, run.vocab, out_dir)
+  export_params(run.params, run.config.model, run.vocab, out_dir, run.config.objective)
   return run

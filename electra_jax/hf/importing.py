@@ -141,6 +141,9 @@ def import_checkpoint(config: ml_collections.ConfigDict, workdir: str, hf_dir: s
   explicitly: a checkpoint that disagrees with them is refused rather than silently winning.
   """
   storage.check_uri(workdir, '--workdir')
+  if config.objective != 'electra':
+    raise UsageError(f'import_hf starts ELECTRA runs (generator + discriminator); '
+                     f"--config.objective={config.objective} is not supported: leave it 'electra'")
   if storage.exists(os.path.join(workdir, 'config.json')) or \
       storage.exists(os.path.join(workdir, 'checkpoints')):
     raise UsageError(f"'{workdir}' already holds a run; import into a new --workdir")

@@ -2,9 +2,10 @@
 
 The discriminator directory describes the discriminator; the generator directory describes the
 generator: its own width, max(1, width // 64) heads and a 4 x width FFN, with the same embedding
-size, depth and vocabulary. Import accepts only what our model computes identically (exact GELU,
-LayerNorm epsilon 1e-12, absolute positions, an encoder); anything else is refused by name,
-since silently changing it would change the model's outputs.
+size, depth and vocabulary. A run of objective 'mlm' exports one ElectraForMaskedLM at the
+discriminator's sizes (network 'mlm'). Import accepts only what our model computes identically
+(exact GELU, LayerNorm epsilon 1e-12, absolute positions, an encoder); anything else is refused
+by name, since silently changing it would change the model's outputs.
 """
 
 import math
@@ -13,6 +14,7 @@ from typing import Any
 import ml_collections
 
 from electra_jax import model as model_lib
+from electra_jax.hf import params as params_lib
 from electra_jax.errors import UsageError
 
 ARCHITECTURES = {'discriminator': 'ElectraForPreTraining', 'generator': 'ElectraForMaskedLM'}
@@ -33,16 +35,16 @@ def generator_shape(width: int) -> tuple[int, int]:
   return max(1, width // 64), 4 * width
 
 
-def to_hf(model_config: ml_collections.ConfigDict, kind: str) -> dict[str, Any]:
-  """The config.json of the `kind` network ('discriminator' or 'generator')."""
+def to_hf(model_config: ml_collections.ConfigDict, network: str) -> dict[str, Any]:
+  """The config.json of `network` ('discriminator', 'generator' or 'mlm', see params.NETWORKS)."""
   m = model_config
-  if kind == 'discriminator':
-    width, heads, ffn = m.hidden_size, m.num_heads, m.intermediate_size
-  else:
+  if network == 'generator':
     width = model_lib.generator_width(m)
     heads, ffn = generator_shape(width)
+  else:
+    width, heads, ffn = m.hidden_size, m.num_heads, m.intermediate_size
   return {
-      'architectures': [ARCHITECTURES[kind]],
+      'architectures': [ARCHITECTURES[params_lib.NETWORKS[network].kind]],
       'model_type': 'electra',
       'vocab_size': m.vocab_size,
       'embedding_size': m.embedding_size,

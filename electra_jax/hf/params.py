@@ -1,8 +1,10 @@
 """Our parameter tree <-> Hugging Face ELECTRA tensors, named as in the PyTorch classes.
 
-One network per direction call: 'discriminator' (ElectraForPreTraining) or 'generator'
-(ElectraForMaskedLM). Each HF network carries its own copy of the shared embedding block
-(`electra.embeddings.*`); ours holds it once, at the top of the tree.
+One network per direction call (`NETWORKS`): 'discriminator' (ElectraForPreTraining),
+'generator' (ElectraForMaskedLM), or, for a run of objective 'mlm', 'mlm': BERT's masked LM,
+our discriminator-sized encoder under `mlm_head`, laid out as an ElectraForMaskedLM. Each HF
+network carries its own copy of the shared embedding block (`electra.embeddings.*`); ours holds
+it once, at the top of the tree.
 
 Layout differences that the mapping undoes:
   * a Flax Dense kernel is [in, out]; a torch Linear weight is [out, in] (transposed);
@@ -18,8 +20,20 @@ import numpy as np
 
 from electra_jax.errors import UsageError
 
-KINDS = ('discriminator', 'generator')
-HEADS = {'discriminator': 'discriminator_head', 'generator': 'generator_head'}
+KINDS = ('discriminator', 'generator')  # the HF layouts: ElectraForPreTraining, ElectraForMaskedLM
+
+
+class Network(NamedTuple):
+  encoder: str  # our encoder's subtree
+  head: str     # our head's subtree
+  kind: str     # the HF layout its tensors take (one of KINDS)
+
+
+NETWORKS = {
+    'discriminator': Network('discriminator', 'discriminator_head', 'discriminator'),
+    'generator': Network('generator', 'generator_head', 'generator'),
+    'mlm': Network('discriminator', 'mlm_head', 'generator'),
+}
 # Non-parameter buffers that older transformers versions saved with the weights.
 IGNORED = ('electra.embeddings.position_ids', 'electra.embeddings.token_type_ids')
 TIED_OUTPUT = 'generator_lm_head.weight'
@@ -62,14 +76,14 @@ def _encoder_layer(index, encoder):
   return pairs
 
 
-def name_pairs(kind: str, num_layers: int, has_projection: bool) -> list[Pair]:
-  """Every tensor of one HF network and where it lives in our tree."""
+def name_pairs(network: str, num_layers: int, has_projection: bool) -> list[Pair]:
+  """Every tensor of one HF network (a name in NETWORKS) and where it lives in our tree."""
+  encoder, head, kind = NETWORKS[network]
   pairs = _embedding_block()
   if has_projection:
-    pairs += _linear('electra.embeddings_project', (kind, 'embeddings_project'))
+    pairs += _linear('electra.embeddings_project', (encoder, 'embeddings_project'))
   for i in range(num_layers):
-    pairs += _encoder_layer(i, kind)
-  head = HEADS[kind]
+    pairs += _encoder_layer(i, encoder)
   if kind == 'discriminator':
     pairs += _linear('discriminator_predictions.dense', (head, 'dense'))
     pairs += _linear('discriminator_predictions.dense_prediction', (head, 'prediction'))
@@ -80,9 +94,9 @@ def name_pairs(kind: str, num_layers: int, has_projection: bool) -> list[Pair]:
   return pairs
 
 
-def _structure(params: Mapping[str, Any], kind: str) -> tuple[int, bool]:
+def _structure(params: Mapping[str, Any], network: str) -> tuple[int, bool]:
   """Number of layers and whether the network projects E -> H, read off our tree."""
-  encoder = params[kind]
+  encoder = params[NETWORKS[network].encoder]
   num_layers = sum(1 for name in encoder if name.startswith('layer_'))
   return num_layers, 'embeddings_project' in encoder
 
@@ -93,10 +107,10 @@ def _get(tree, path):
   return tree
 
 
-def to_hf(params: Mapping[str, Any], kind: str) -> dict[str, np.ndarray]:
-  """The tensors of the HF `kind` network (float32 numpy arrays, torch layout)."""
+def to_hf(params: Mapping[str, Any], network: str) -> dict[str, np.ndarray]:
+  """The tensors of the HF `network` (float32 numpy arrays, torch layout)."""
   tensors = {}
-  for pair in name_pairs(kind, *_structure(params, kind)):
+  for pair in name_pairs(network, *_structure(params, network)):
     value = np.asarray(_get(params, pair.path), np.float32)
     tensors[pair.torch_name] = np.ascontiguousarray(value.T if pair.transposed else value)
   return tensors

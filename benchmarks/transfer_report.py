@@ -1,0 +1,274 @@
+"""The transfer study's report: DIR/results.json, DIR/results.md and two plots, from what is in DIR.
+
+Reads each pretraining workdir (config.json, checkpoints, metrics.jsonl) and each fine-tuning
+run's results.json; a part that has not finished shows as missing. Scores are fractions in
+results.json and x100 in results.md. Random initialisation is fine-tuned with the recipe's
+layer-wise decay and without; per task, the setting with the better median is random init's
+score, and both are reported.
+"""
+
+import json
+import os
+import statistics
+
+import ml_collections
+
+from electra_jax import flops
+from electra_jax.report import format_duration
+
+TASKS = ('SST-2', 'MRPC')
+OBJECTIVES = ('electra', 'mlm')
+# Random initialisation with the recipe's layer-wise decay (0 = the recipe's value for the
+# size) and without any: the decay is a prior for pretrained layers, so random init gets both
+# and keeps the better.
+RANDOM_DECAY = {'random': 0.0, 'random_no_decay': 1.0}
+RANDOM = tuple(RANDOM_DECAY)
+LABELS = {'electra': 'ELECTRA', 'mlm': 'MLM', 'random': 'random init, recipe decay',
+          'random_no_decay': 'random init, no decay'}
+MARGIN = 0.02  # ELECTRA's median must beat random init's by 2 points
+
+
+def flops_per_step(workdir: str) -> int:
+  """Model FLOPs of one training step of the run in `workdir`, from the config it ran with."""
+  with open(os.path.join(workdir, 'config.json')) as f:
+    return flops.train_step_flops(ml_collections.ConfigDict(json.load(f)))
+
+
+def read_metrics(workdir: str) -> list[dict]:
+  path = os.path.join(workdir, 'metrics.jsonl')
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def pretraining_summary(out: str, objective: str, state: dict) -> dict | None:
+  record = state.get(f'pretrain_{objective}', {})
+  workdir = os.path.join(out, objective)
+  if 'command' not in record:
+    return None
+  per_step = flops_per_step(workdir)
+  lines = read_metrics(workdir)
+  evals = [m for m in lines if any(k.startswith('eval_') for k in m)]
+  trains = [m for m in lines if not any(k.startswith('eval_') for k in m)]
+  steps = max(m['step'] for m in lines) if lines else 0
+  return {
+      'workdir': workdir, 'steps': steps, 'flops_per_step': per_step, 'flops': steps * per_step,
+      'final_eval': evals[-1] if evals else None, 'final_train': trains[-1] if trains else None,
+      'eval_curve': [{**m, 'flops': m['step'] * per_step} for m in evals],
+      'seconds': record['seconds'],
+  }
+
+
+def per_seed_scores(result: dict) -> dict[str, dict[str, float]]:
+  """{seed: {metric: value}} on the task's scored dev split."""
+  split = result['score_metric'].split()[0]
+  return {seed: scores[split] for seed, scores in result['seeds'].items()}
+
+
+def finetuning_summary(out: str, start: str, task: str, state: dict) -> dict | None:
+  record = state.get(f'finetune_{start}_{task}', {})
+  path = os.path.join(out, 'finetune', f'{start}-{task}', 'results.json')
+  if 'command' not in record or not os.path.exists(path):
+    return None
+  with open(path) as f:
+    result = json.load(f)
+  split = result['score_metric'].split()[0]
+  return {'score_metric': result['score_metric'], 'score': result['score'],
+          'median': result['median'][split], 'seeds': per_seed_scores(result),
+          'layer_decay': result['layer_decay'], 'learning_rate': result['learning_rate'],
+          'budget': result['budget'], 'seconds': record['seconds']}
+
+
+def task_scores(run: dict) -> list[float]:
+  metric = run['score_metric'].split()[1]
+  return [scores[metric] for scores in run['seeds'].values()]
+
+
+def best_random(by_start: dict[str, dict]) -> str | None:
+  """The random-init setting with the better median task score (the recipe's on a tie)."""
+  done = [s for s in RANDOM if by_start.get(s)]
+  return max(done, key=lambda s: by_start[s]['score']) if done else None
+
+
+def acceptance_checks(electra: dict | None, mlm: dict | None, random: dict | None) -> list[dict]:
+  """The study's three checks on one task's fine-tuning summaries (None = not run)."""
+  def check(name, ready, passed, detail):
+    return {'check': name, 'passed': bool(passed) if ready else None,
+            'detail': detail if ready else 'not run'}
+  both = electra is not None and random is not None
+  checks = [
+      check('ELECTRA median >= random init median + 2', both,
+            both and electra['score'] >= random['score'] + MARGIN - 1e-9,
+            both and f"{100 * electra['score']:.1f} vs {100 * random['score']:.1f} + 2"),
+      check('ELECTRA worst seed > random init best seed', both,
+            both and min(task_scores(electra)) > max(task_scores(random)),
+            both and f'{100 * min(task_scores(electra)):.1f} vs '
+            f'{100 * max(task_scores(random)):.1f}')]
+  ready = electra is not None and mlm is not None
+  checks.append(check('ELECTRA median >= MLM median', ready,
+                      ready and electra['score'] >= mlm['score'],
+                      ready and f"{100 * electra['score']:.1f} vs {100 * mlm['score']:.1f}"))
+  return checks
+
+
+def summarize(out: str, plan: dict, state: dict, args: dict) -> dict:
+  finetuning = {start: {task: finetuning_summary(out, start, task, state) for task in TASKS}
+                for start in OBJECTIVES + RANDOM}
+  random_choice = {task: best_random({s: finetuning[s][task] for s in RANDOM}) for task in TASKS}
+  checks = {task: acceptance_checks(finetuning['electra'][task], finetuning['mlm'][task],
+                                    finetuning[random_choice[task]][task]
+                                    if random_choice[task] else None) for task in TASKS}
+  pretraining = {o: pretraining_summary(out, o, state) for o in OBJECTIVES}
+  runs = [{'start': start, 'task': task, 'seed': int(seed), 'scores': scores}
+          for start, by_task in finetuning.items() for task, summary in by_task.items()
+          if summary for seed, scores in summary['seeds'].items()]
+  wall = {name: record['seconds'] for name, record in state.items() if 'seconds' in record}
+  wall['pretrain'] = sum(v for k, v in wall.items() if k.startswith('pretrain_'))
+  wall['finetune'] = sum(v for k, v in wall.items() if k.startswith('finetune_'))
+  wall['total'] = wall.get('data', 0.0) + wall['pretrain'] + wall['finetune']
+  return {
+      'settings': {k: args[k] for k in ('config', 'set', 'corpus', 'held_out', 'glue_dir',
+                                        'seeds', 'max_seq_length', 'sst2_examples',
+                                        'mrpc_examples', 'finetune_epochs')},
+      'held_out_files': state.get('data', {}).get('held_out'),
+      'plan': {o: {k: plan[o][k] for k in ('steps', 'flops_per_step')} for o in OBJECTIVES},
+      'pretraining': pretraining, 'finetuning': finetuning, 'runs': runs,
+      'random_init_choice': random_choice, 'checks': checks, 'wall_seconds': wall,
+  }
+
+
+# ---------------------------------------------------------------- results.md
+
+
+def cell(run: dict | None, metrics: tuple[str, ...]) -> str:
+  if run is None:
+    return 'not run'
+  median = ' / '.join(f"{100 * run['median'][m]:.1f}" for m in metrics)
+  seeds = ', '.join('/'.join(f'{100 * s[m]:.1f}' for m in metrics) for s in run['seeds'].values())
+  return f'{median} ({seeds})'
+
+
+def pretraining_cells(summary: dict | None, wall: dict, objective: str) -> list[str]:
+  if summary is None:
+    return ['not run'] * 3
+  return [f"{summary['steps']:,}", f"{summary['flops']:.3g}",
+          format_duration(wall.get(f'pretrain_{objective}', 0))]
+
+
+def markdown(results: dict) -> str:
+  ft, pt, wall = results['finetuning'], results['pretraining'], results['wall_seconds']
+  metrics = {'SST-2': ('accuracy',), 'MRPC': ('accuracy', 'f1')}
+  finetune_wall = lambda start: format_duration(sum(
+      wall.get(f'finetune_{start}_{task}', 0) for task in TASKS))
+  rows = []
+  for start in OBJECTIVES:
+    rows.append([LABELS[start]] + [cell(ft[start][t], metrics[t]) for t in TASKS]
+                + pretraining_cells(pt[start], wall, start) + [finetune_wall(start)])
+  choice = results['random_init_choice']
+  rows.append(['random init (better setting by median)'] + [
+      cell(ft[choice[t]][t], metrics[t]) + f" [{LABELS[choice[t]].split(', ')[1]}]"
+      if choice[t] else 'not run' for t in TASKS] + ['0', '0', '', ''])
+  for start in RANDOM:
+    rows.append([f'· {LABELS[start]}'] + [cell(ft[start][t], metrics[t]) for t in TASKS]
+                + ['', '', '', finetune_wall(start)])
+  s = results['settings']
+  lines = [
+      '# Transfer study: does pretraining pay off?', '',
+      f"Pretraining config `{s['config']}`{' with ' + ', '.join(s['set']) if s['set'] else ''}; "
+      f"corpus `{s['corpus']}`, held out for evaluation: "
+      f"{', '.join(os.path.basename(p) for p in results['held_out_files'] or [])}. "
+      f"Fine-tuning: seeds {s['seeds']}, max_seq_length {s['max_seq_length']}, SST-2 "
+      f"{s['sst2_examples']:,} training examples, MRPC {s['mrpc_examples'] or 'all'}"
+      f"{', ' + str(s['finetune_epochs']) + ' epochs' if s['finetune_epochs'] else ''}. "
+      'Dev-set scores x100: median (per seed).', '',
+      '| start | SST-2 acc | MRPC acc / F1 | pretraining steps | pretraining FLOPs '
+      '| pretraining wall | fine-tuning wall |',
+      '|---|---|---|---|---|---|---|',
+      *('| ' + ' | '.join(row) + ' |' for row in rows), '',
+      '## Acceptance checks', '', '| check | ' + ' | '.join(TASKS) + ' |',
+      '|---|' + '---|' * len(TASKS)]
+  for i, first in enumerate(results['checks'][TASKS[0]]):
+    verdicts = []
+    for task in TASKS:
+      c = results['checks'][task][i]
+      verdict = {True: 'pass', False: 'FAIL', None: 'n/a'}[c['passed']]
+      verdicts.append(f"{verdict} ({c['detail']})")
+    lines.append(f"| {first['check']} | " + ' | '.join(verdicts) + ' |')
+  lines += ['', '## Final pretraining evaluation (held-out text)', '']
+  for objective in OBJECTIVES:
+    final = (pt[objective] or {}).get('final_eval')
+    shown = f"step {final['step']:,}: " + ', '.join(
+        f'{k[5:]} {v:.4f}' for k, v in final.items() if k.startswith('eval_')) \
+        if final else 'not run'
+    lines.append(f'- {LABELS[objective]}, {shown}')
+  lines += ['', f"Wall time: data {format_duration(wall.get('data', 0))}, pretraining "
+            f"{format_duration(wall['pretrain'])}, fine-tuning {format_duration(wall['finetune'])}"
+            f", total {format_duration(wall['total'])}.", '',
+            '![pretraining curves](pretraining_curves.png)', '',
+            '![fine-tuning scores](finetune_scores.png)', '']
+  return '\n'.join(lines)
+
+
+# ---------------------------------------------------------------- plots
+
+
+def plot_pretraining(results: dict, path: str):
+  import matplotlib  # pylint: disable=g-import-not-at-top  (benchmark-only dependency)
+  matplotlib.use('Agg')
+  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+  for ax, key, title in zip(axes, ('eval_mlm_accuracy', 'eval_disc_auc'),
+                            ('held-out MLM accuracy', 'held-out discriminator AUC')):
+    for objective in OBJECTIVES:
+      curve = [m for m in ((results['pretraining'][objective] or {}).get('eval_curve') or [])
+               if key in m]
+      if curve:
+        ax.plot([m['flops'] for m in curve], [m[key] for m in curve], marker='o', markersize=3,
+                label=LABELS[objective])
+    ax.set(title=title, xlabel='pretraining FLOPs')
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+      ax.legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+
+
+def plot_finetuning(results: dict, path: str):
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+  panels = [('SST-2', 'accuracy'), ('MRPC', 'accuracy'), ('MRPC', 'f1')]
+  starts = OBJECTIVES + RANDOM
+  fig, axes = plt.subplots(1, len(panels), figsize=(12, 4))
+  fig.suptitle('fine-tuning: a dot per seed, a bar at the median')
+  for ax, (task, metric) in zip(axes, panels):
+    for x, start in enumerate(starts):
+      run = results['finetuning'][start][task]
+      if run is None:
+        continue
+      values = [100 * s[metric] for s in run['seeds'].values()]
+      ax.scatter([x] * len(values), values, alpha=0.7)
+      ax.hlines(statistics.median(values), x - 0.3, x + 0.3, color='black')
+    ax.set_xticks(range(len(starts)), [LABELS[s].replace(', ', '\n') for s in starts],
+                  fontsize=8)
+    ax.set(title=f'{task} dev {metric}')
+    ax.grid(axis='y', alpha=0.3)
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+
+
+def write_report(out: str, plan: dict, state: dict, args: dict) -> list[str]:
+  """Writes results.json, results.md and the plots into `out`; returns their names."""
+  results = summarize(out, plan, state, args)
+  names = ['results.json', 'results.md', 'pretraining_curves.png', 'finetune_scores.png']
+  with open(os.path.join(out, names[0]), 'w') as f:
+    json.dump(results, f, indent=2)
+    f.write('\n')
+  with open(os.path.join(out, names[1]), 'w') as f:
+    f.write(markdown(results))
+  plot_pretraining(results, os.path.join(out, names[2]))
+  plot_finetuning(results, os.path.join(out, names[3]))
+  return names

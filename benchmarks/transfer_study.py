@@ -1,0 +1,340 @@
+"""Does pretraining pay off? ELECTRA against BERT-style MLM at equal pretraining FLOPs and
+against random initialisation, fine-tuned on SST-2 and MRPC, in one command.
+
+python benchmarks/transfer_study.py --out=runs/transfer [--config=configs/mini.py]
+
+Parts (--parts picks some; each is skipped when DIR shows it finished with the same command,
+so running the command again resumes where it stopped):
+  pretrain  the corpus (--corpus: gutenberg/*.txt and enwiki/*.txt, --held_out files of each
+            kept for evaluation) prepared once into DIR/data by electra_jax.prepare; then
+            electra_jax.main on it twice: ELECTRA for the config's steps (DIR/electra), and
+            config.objective=mlm (DIR/mlm) for as many steps as cost the same model FLOPs
+            (electra_jax/flops.py). main resumes an interrupted run from its checkpoint.
+  finetune  electra_jax.finetune with the paper's recipe on SST-2 (a fixed random subset) and
+            MRPC, for every seed, from each pretrained encoder and from random initialisation
+            with the recipe's layer-wise decay and with none (DIR/finetune/<start>-<task>).
+Whatever has finished is then summarised in DIR/results.json, DIR/results.md and two plots (see
+transfer_report.py). Each part's output goes to DIR/logs/<part>.log; the console gets a line as
+each part starts and one with its wall time as it ends. DIR/state.json keeps each finished part's
+command and wall time.
+"""
+
+import argparse
+import glob
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+
+from absl import flags
+import ml_collections
+from ml_collections import config_flags
+
+import finetune_glue
+import transfer_report
+from electra_jax import config as config_lib, flops
+from electra_jax.data import store
+from electra_jax.errors import UsageError
+from electra_jax.report import format_duration
+
+REPO = finetune_glue.REPO
+SHARED = os.path.join(os.path.dirname(REPO), 'shared', 'data')
+TASKS, OBJECTIVES, RANDOM_DECAY = (transfer_report.TASKS, transfer_report.OBJECTIVES,
+                                   transfer_report.RANDOM_DECAY)
+STARTS = OBJECTIVES + tuple(RANDOM_DECAY)
+
+
+def parse_args(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser.add_argument('--out', required=True, help='directory of the whole study')
+  parser.add_argument('--config', default=os.path.join(REPO, 'configs', 'mini.py'),
+                      help='pretraining config file, the same for both objectives')
+  parser.add_argument('--set', action='append', default=[], metavar='FIELD=VALUE',
+                      help='a pretraining config override for both runs (and the data), e.g. '
+                      '--set learning_rate=5e-4; repeat for more')
+  parser.add_argument('--pretrain_steps', type=int, default=0,
+                      help="ELECTRA's pretraining steps; 0 = the config's num_train_steps")
+  parser.add_argument('--corpus', default=os.path.join(SHARED, 'pretraining-text'),
+                      help='folder with gutenberg/*.txt and enwiki/*.txt, passed as they are')
+  parser.add_argument('--held_out', type=int, default=2,
+                      help='files of each folder (drawn with seed 0) kept out of training as '
+                      'evaluation text')
+  parser.add_argument('--glue_dir', default=os.path.join(SHARED, 'glue'),
+                      help='folder holding SST-2/ and MRPC/')
+  parser.add_argument('--seeds', default='0,1,2', help='fine-tuning seeds')
+  parser.add_argument('--max_seq_length', type=int, default=128, help='for fine-tuning')
+  parser.add_argument('--sst2_examples', type=int, default=20_000,
+                      help='SST-2 training examples, one fixed draw (seed 0) for every start')
+  parser.add_argument('--mrpc_examples', type=int, default=0,
+                      help='MRPC training examples; 0 = all (a smaller number is for tests)')
+  parser.add_argument('--finetune_epochs', type=float, default=0.0,
+                      help="0 = the recipe's (3); less is for tests")
+  parser.add_argument('--parts', default='pretrain,finetune',
+                      help='comma-separated: pretrain, finetune (the report is always written)')
+  args = parser.parse_args(argv)
+  args.parts = [p for p in args.parts.split(',') if p]
+  unknown = set(args.parts) - {'pretrain', 'finetune'}
+  if unknown:
+    raise UsageError(f"--parts={','.join(args.parts)}: unknown {', '.join(sorted(unknown))}; "
+                     'use pretrain, finetune or both')
+  return args
+
+
+# ---------------------------------------------------------------- state: what has finished
+
+
+def load_state(out: str) -> dict:
+  path = os.path.join(out, 'state.json')
+  if not os.path.exists(path):
+    return {}
+  with open(path) as f:
+    return json.load(f)
+
+
+def save_state(out: str, state: dict):
+  path = os.path.join(out, 'state.json')
+  with open(path + '.tmp', 'w') as f:
+    json.dump(state, f, indent=2)
+  os.replace(path + '.tmp', path)
+
+
+def run_part(out: str, state: dict, name: str, command: list[str], what: str):
+  """Runs `command` with its output in DIR/logs/<name>.log; records it in state when it ends.
+
+  The wall time of every attempt is added up, an interrupted one included.
+  """
+  log_path = os.path.join(out, 'logs', f'{name}.log')
+  os.makedirs(os.path.dirname(log_path), exist_ok=True)
+  print(f'{name}: running {what} (log: {log_path})', flush=True)
+  record = state.setdefault(name, {'seconds': 0.0})
+  started = time.perf_counter()
+  try:
+    with open(log_path, 'a') as log:
+      log.write('$ ' + ' '.join(command) + '\n')
+      log.flush()
+      returncode = subprocess.run(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                  env=child_env(out)).returncode
+  finally:
+    record['seconds'] = round(record['seconds'] + time.perf_counter() - started, 1)
+    save_state(out, state)
+  if returncode:
+    with open(log_path) as f:
+      tail = ''.join(f.readlines()[-15:])
+    sys.exit(f'{tail}\n{name}: failed (exit {returncode}); the whole log is {log_path}')
+  record['command'] = command
+  save_state(out, state)
+  print(f'{name}: done in {format_duration(record["seconds"])}', flush=True)
+
+
+def child_env(out: str) -> dict[str, str]:
+  """The environment of every part, with a compilation cache they share.
+
+  Fine-tuning runs that differ only in where the encoder starts compile the same programs; the
+  cache (JAX's persistent one, keyed by the program) lets all but the first skip compiling.
+  """
+  return {'JAX_COMPILATION_CACHE_DIR': os.path.join(out, 'jax_cache'), **os.environ}
+
+
+def skip(state: dict, name: str, note: str = ''):
+  seconds = state[name]['seconds']
+  print(f'{name}: finished before ({format_duration(seconds)}{note}), skipped', flush=True)
+
+
+# ---------------------------------------------------------------- the plan
+
+
+def resolve_config(config_flags_list: list[str]) -> ml_collections.ConfigDict:
+  """The config main will run with these flags, parsed exactly as main parses them."""
+  argv = ['transfer_study', *config_flags_list]
+  config_lib.check_overrides(argv, config_flags_list[0].split('=', 1)[1])
+  values = flags.FlagValues()
+  config_flags.DEFINE_config_file('config', None, 'pretraining config', flag_values=values,
+                                  lock_config=True, sys_argv=argv)
+  values(argv)
+  return values.config
+
+
+def held_out_split(corpus: str, held_out: int) -> tuple[list[str], list[str]]:
+  """(training files, evaluation files): `held_out` files of each folder drawn with seed 0."""
+  train, evaluation = [], []
+  for folder in ('enwiki', 'gutenberg'):
+    files = sorted(glob.glob(os.path.join(corpus, folder, '*.txt')))
+    if len(files) <= held_out:
+      raise UsageError(f"{os.path.join(corpus, folder)} holds {len(files)} .txt files; the study "
+                       f'needs more than --held_out={held_out} of them (pass --corpus=DIR with '
+                       'gutenberg/ and enwiki/ folders)')
+    chosen = set(random.Random(0).sample(files, held_out))
+    evaluation += sorted(chosen)
+    train += [f for f in files if f not in chosen]
+  return train, evaluation
+
+
+def config_file_flags(args) -> list[str]:
+  """The pretraining config file and the user's overrides: what the data and both runs share."""
+  return [f'--config={os.path.abspath(args.config)}', *(f'--config.{s}' for s in args.set)]
+
+
+def pretrain_flags(args, data_dir: str, steps: int | None, objective: str) -> list[str]:
+  """main's config flags for one objective; the ELECTRA run leaves config.objective alone."""
+  config = [*config_file_flags(args), f'--config.data.prepared_dir={data_dir}']
+  if steps is not None:
+    config.append(f'--config.num_train_steps={steps}')
+  if objective != 'electra':
+    config.append(f'--config.objective={objective}')
+  return config
+
+
+def plan_pretraining(args, data_dir: str) -> dict[str, dict]:
+  """Per objective: its config flags, steps and model FLOPs per step, at equal total FLOPs."""
+  electra = resolve_config(pretrain_flags(args, data_dir, None, 'electra'))
+  if 'objective' not in electra:
+    raise UsageError(f"{args.config} has no field 'objective': the MLM baseline needs an "
+                     'electra_jax whose config has config.objective (electra or mlm)')
+  steps = args.pretrain_steps or electra.num_train_steps
+  plan = {}
+  for objective in OBJECTIVES:
+    per_step = flops.train_step_flops(resolve_config(
+        pretrain_flags(args, data_dir, steps, objective)))
+    if objective != 'electra':
+      steps = round(plan['electra']['steps'] * plan['electra']['flops_per_step'] / per_step)
+    plan[objective] = {'flags': pretrain_flags(args, data_dir, steps, objective),
+                       'steps': steps, 'flops_per_step': per_step}
+  plan['model'] = electra.model.to_dict()
+  return plan
+
+
+# ---------------------------------------------------------------- the parts
+
+
+def prepare_data(args, state: dict, data_dir: str):
+  train, evaluation = held_out_split(args.corpus, args.held_out)
+  command = [sys.executable, '-m', 'electra_jax.prepare', f'--out={data_dir}',
+             *config_file_flags(args),
+             f'--config.data.train_files={",".join(train)}',
+             f'--config.data.eval_files={",".join(evaluation)}']
+  finished = all(os.path.exists(os.path.join(data_dir, split, store.MANIFEST))
+                 for split in ('train', 'eval'))
+  if finished and state.get('data', {}).get('command') == command:
+    skip(state, 'data')
+  else:
+    run_part(args.out, state, 'data', command,
+             f'{len(train)} training and {len(evaluation)} evaluation files')
+  state['data']['held_out'] = evaluation
+  state['data']['train_files'] = len(train)
+
+
+def committed_steps(workdir: str) -> list[int]:
+  """Steps of the checkpoints Orbax has committed (an unfinished save has a temporary name)."""
+  directory = os.path.join(workdir, 'checkpoints')
+  names = os.listdir(directory) if os.path.isdir(directory) else []
+  return sorted(int(n) for n in names if n.isdigit())
+
+
+def changed_flags(before: list[str], now: list[str]) -> list[str]:
+  """Arguments that differ, other than the step count (raising it continues a run)."""
+  keep = lambda args: {a for a in args if not a.startswith('--config.num_train_steps=')}
+  return sorted(keep(before) ^ keep(now))
+
+
+def pretrain(args, state: dict, objective: str, run: dict):
+  name, workdir = f'pretrain_{objective}', os.path.join(args.out, objective)
+  command = [sys.executable, '-m', 'electra_jax.main', f'--workdir={workdir}', *run['flags']]
+  recorded = state.get(name, {}).get('command')
+  steps = committed_steps(workdir)
+  if steps and recorded and changed_flags(recorded, command):
+    raise UsageError(f'{workdir} was pretrained with other settings (changed: '
+                     f'{" ".join(changed_flags(recorded, command))}); use another --out, or '
+                     f'delete {workdir} to pretrain it again')
+  if steps and steps[-1] > run['steps']:
+    raise UsageError(f'{workdir} has a checkpoint at step {steps[-1]}, past the {run["steps"]} '
+                     'steps asked for; use another --out')
+  if steps and steps[-1] == run['steps'] and recorded:
+    check_flops(workdir, run)
+    skip(state, name, f', {run["steps"]:,} steps')
+    return
+  resuming = f' from step {steps[-1]}' if steps else ''
+  run_part(args.out, state, name, command,
+           f'{objective} for {run["steps"]:,} steps{resuming}, '
+           f'{run["steps"] * run["flops_per_step"]:.3g} FLOPs')
+  if committed_steps(workdir)[-1:] != [run['steps']]:
+    sys.exit(f'{name}: main ended without a checkpoint at step {run["steps"]}; see '
+             f'{os.path.join(args.out, "logs", name + ".log")}')
+  check_flops(workdir, run)
+
+
+def check_flops(workdir: str, run: dict):
+  """The run's FLOPs, from the config main saved, must be the ones its steps were planned with."""
+  ran = transfer_report.flops_per_step(workdir)
+  if ran != run['flops_per_step']:
+    sys.exit(f'{workdir} ran at {ran:.4g} FLOPs per step, not the planned '
+             f"{run['flops_per_step']:.4g}: its config.json differs from the plan's config")
+
+
+def start_flags(args, plan: dict, start: str) -> tuple[list[str], int | None]:
+  """(fine-tuning flags, the pretrained step it starts from, None for random init)."""
+  if start in OBJECTIVES:
+    workdir = os.path.join(args.out, start)
+    steps = committed_steps(workdir)
+    if not steps or steps[-1] != plan[start]['steps']:
+      raise UsageError(f'{workdir} has not finished pretraining ({plan[start]["steps"]} steps); '
+                       'run the study with --parts=pretrain first')
+    return [f'--config.init_from={workdir}'], steps[-1]
+  data_dir = os.path.join(args.out, 'data')
+  if not os.path.exists(os.path.join(data_dir, 'train', store.MANIFEST)):
+    raise UsageError(f'{data_dir} holds no prepared corpus, whose vocabulary random init '
+                     'takes; run the study with --parts=pretrain first')
+  vocab = finetune_glue.run_vocab(data_dir)
+  decay = [f'--config.layer_decay={RANDOM_DECAY[start]}'] if RANDOM_DECAY[start] else []
+  return finetune_glue.random_init_flags(plan['model'], vocab) + decay, None
+
+
+def fine_tune(args, state: dict, plan: dict, start: str, task: str):
+  name, out = f'finetune_{start}_{task}', os.path.join(args.out, 'finetune', f'{start}-{task}')
+  init_flags, step = start_flags(args, plan, start)
+  examples = {'SST-2': args.sst2_examples, 'MRPC': args.mrpc_examples}[task]
+  command = finetune_glue.fine_tune_command(
+      task, out, init_flags, glue_dir=os.path.abspath(args.glue_dir), seeds=args.seeds,
+      max_seq_length=args.max_seq_length, train_examples=examples)
+  if args.finetune_epochs:
+    command.append(f'--config.num_epochs={args.finetune_epochs}')
+  record = state.get(name, {})
+  if (os.path.exists(os.path.join(out, 'results.json')) and record.get('command') == command
+      and record.get('pretrained_step') == step):
+    skip(state, name)
+    return
+  state.pop(name, None)  # a stale run's time is not this run's
+  run_part(args.out, state, name, command, f'{task} from {start}, seeds {args.seeds}')
+  state[name]['pretrained_step'] = step
+  save_state(args.out, state)
+
+
+def main(argv=None):
+  args = parse_args(argv)
+  args.out = os.path.abspath(args.out)
+  os.makedirs(args.out, exist_ok=True)
+  state = load_state(args.out)
+  data_dir = os.path.join(args.out, 'data')
+  plan = plan_pretraining(args, data_dir)
+  print(f"plan: ELECTRA {plan['electra']['steps']:,} steps x "
+        f"{plan['electra']['flops_per_step']:.3g} FLOPs, MLM {plan['mlm']['steps']:,} steps x "
+        f"{plan['mlm']['flops_per_step']:.3g} FLOPs", flush=True)
+  if 'pretrain' in args.parts:
+    prepare_data(args, state, data_dir)
+    for objective in OBJECTIVES:
+      pretrain(args, state, objective, plan[objective])
+  if 'finetune' in args.parts:
+    for task in TASKS:
+      for start in STARTS:
+        fine_tune(args, state, plan, start, task)
+  save_state(args.out, state)
+  written = transfer_report.write_report(args.out, plan, state, vars(args))
+  print(f'report: {", ".join(written)}', flush=True)
+
+
+if __name__ == '__main__':
+  try:
+    main()
+  except UsageError as e:
+    sys.exit(f'transfer_study: error: {e}')

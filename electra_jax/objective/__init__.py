@@ -1,0 +1,103 @@
+"""Pretraining objectives, chosen by `config.objective`, behind one interface for the train step.
+
+  masking.py   what all objectives share: position selection, [MASK]/random-token writing,
+               sampling and relabelling (`Masked`, `Prepared`, `SpecialIds`)
+  electra.py   'electra': generator MLM + replaced-token detection (the paper's method)
+  mlm.py       'mlm': BERT's masked language model at the discriminator's size, no generator
+
+An objective is the network it trains and two pure functions:
+  prepare(rng, input_ids, config, special) -> Prepared
+      draws everything random about the inputs for the whole batch (masks, random tokens,
+      sampling keys) and the whole-batch counts that normalise the loss;
+  partial_loss(apply_fn, params, batch, prepared, dropout_rng, config, train, special)
+      -> (loss, stats): the loss of `batch` (the whole batch, or a micro-batch of it with the
+      matching rows of `prepared`) as its share of the batch's loss, and statistics as sums and
+      counts that `summarize` turns into metrics.
+The train step calls them through `draw` and `partial_loss` below and never asks which runs.
+Adding one: its module beside these, an entry in OBJECTIVES, its FLOPs in flops.py and what it
+exports in hf/exporting.EXPORTED; `summarize` reports whatever known statistics it returns.
+"""
+
+from typing import Callable, NamedTuple
+
+import jax
+import ml_collections
+
+from electra_jax import model as model_lib
+from electra_jax.objective import electra, mlm
+# The shared pieces, also reachable as objective.<name>.
+from electra_jax.objective.masking import (  # noqa: F401
+    Masked, Prepared, SpecialIds, bert_mask_inputs, mask_inputs, num_slots, replace_and_label,
+    sample_replacements)
+
+
+class Objective(NamedTuple):
+  model: type              # the Flax module it trains: model(config.model, dtype=..., ...)
+  prepare: Callable        # see the module doc
+  partial_loss: Callable
+
+
+OBJECTIVES = {
+    'electra': Objective(model_lib.Electra, electra.prepare, electra.partial_loss),
+    'mlm': Objective(model_lib.MaskedLM, mlm.prepare, mlm.partial_loss),
+}
+
+
+def get(config: ml_collections.ConfigDict) -> Objective:
+  return OBJECTIVES[config.objective]
+
+
+def prepare(rng, input_ids, config: ml_collections.ConfigDict,
+            special: SpecialIds = SpecialIds()) -> Prepared:
+  return get(config).prepare(rng, input_ids, config, special)
+
+
+def draw(rng, input_ids, config: ml_collections.ConfigDict,
+         special: SpecialIds = SpecialIds()) -> tuple[Prepared, jax.Array]:
+  """What a step with key `rng` draws: the prepared inputs and the key its dropout derives from.
+
+  The train step, the eval step and `loss` all start here, so a test can rebuild exactly the
+  masked inputs a train step saw from the key it was given.
+  """
+  prepare_rng, dropout_rng = jax.random.split(rng)
+  return prepare(prepare_rng, input_ids, config, special), dropout_rng
+
+
+def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng,
+                 config: ml_collections.ConfigDict, train: bool = True,
+                 special: SpecialIds = SpecialIds()):
+  return get(config).partial_loss(apply_fn, params, batch, prepared, dropout_rng, config, train,
+                                  special)
+
+
+def loss(apply_fn, params, batch, rng, config: ml_collections.ConfigDict, train: bool = True,
+         special: SpecialIds = SpecialIds()):
+  """The objective's loss of one whole batch and its statistics; `train` turns dropout on."""
+  prepared, dropout_rng = draw(rng, batch['input_ids'], config, special)
+  return partial_loss(apply_fn, params, batch, prepared, dropout_rng, config, train, special)
+
+
+# Losses are per-step values (micro-batches add up to the step's), averaged over the steps.
+_MEANS = ('loss', 'mlm_loss', 'disc_loss')
+# Rates: metric -> (numerator, denominator), both summed over steps (and devices, micro-batches).
+_RATES = {
+    'mlm_accuracy': ('mlm_correct', 'mlm_count'),
+    'sampled_accuracy': ('sampled_correct', 'mlm_count'),
+    'disc_accuracy': ('disc_correct', 'token_count'),
+    'disc_precision': ('true_positives', 'predicted_positives'),
+    'disc_recall': ('true_positives', 'replaced_count'),
+    'disc_auc': ('disc_auc', 'auc_batches'),  # the mean of the per-batch AUCs
+    'replaced_fraction': ('replaced_count', 'token_count'),
+}
+
+
+def summarize(stats, num_steps) -> dict[str, float]:
+  """Turns statistics summed over `num_steps` steps into the reported metrics (host floats).
+
+  Every objective reports the metrics its statistics support, under the same names: an MLM
+  run has loss, mlm_loss and mlm_accuracy, and no disc_* or sampled_* metrics.
+  """
+  metrics = {name: float(stats[name]) / num_steps for name in _MEANS if name in stats}
+  metrics.update({name: float(stats[num]) / max(float(stats[den]), 1.0)
+                  for name, (num, den) in _RATES.items() if num in stats})
+  return metrics

@@ -1,0 +1,157 @@
+"""How every objective corrupts its input: select positions, write [MASK] or other tokens there.
+
+All of it is pure and runs inside the compiled step, so every training step draws fresh masks.
+Special token ids come from the vocabulary (`SpecialIds`); [PAD] must be 0, which the model's
+attention mask also relies on.
+"""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+class SpecialIds(NamedTuple):
+  """Ids of the special tokens; the defaults are those of vocabularies trained by electra_jax."""
+  pad: int = 0
+  cls: int = 2
+  sep: int = 3
+  mask: int = 4
+  unk: int = 1
+
+
+class Masked(NamedTuple):
+  input_ids: jax.Array  # [B, L] the corrupted sequence the predicting network sees
+  positions: jax.Array  # [B, N] distinct positions; only the first slots (weight 1) are selected
+  weights: jax.Array    # [B, N] 1.0 for a real selected position, 0.0 for an unused slot
+  targets: jax.Array    # [B, N] original token at each position
+
+
+class Prepared(NamedTuple):
+  """What an objective draws for a whole batch before any network runs.
+
+  Every array field but the counts has the batch as its leading axis, so gradient accumulation
+  splits it with the batch; the counts are whole-batch totals, the denominators of every
+  micro-batch's share of the loss.
+  """
+  masked: Masked
+  sample_keys: jax.Array | None  # [B] one key per sequence; None for objectives that don't sample
+  mlm_count: jax.Array     # selected positions in the whole batch (the MLM mean's denominator)
+  token_count: jax.Array   # non-padding tokens in the whole batch (the RTD mean's denominator)
+
+
+def num_slots(max_seq_length: int, mask_prob: float) -> int:
+  """Fixed number of prediction slots per sequence (19 for 128 at 15%), as in the original."""
+  return int((mask_prob + 0.005) * max_seq_length)
+
+
+def select_positions(rng, input_ids, mask_prob: float,
+                     special: SpecialIds = SpecialIds()) -> Masked:
+  """The positions to predict, with the input still unchanged (`input_ids` as given).
+
+  Candidates are non-padding tokens other than [CLS], [SEP] and [MASK]. Each sequence predicts
+  max(1, min(N, round(num_tokens * mask_prob))) of them, num_tokens counting [CLS]/[SEP].
+  Deliberate difference from the original: positions are drawn WITHOUT replacement (uniform
+  random scores, top-N), where the original's sampling with replacement allowed duplicates.
+  """
+  batch, length = input_ids.shape
+  slots = num_slots(length, mask_prob)
+  is_candidate = ((input_ids != special.pad) & (input_ids != special.cls)
+                  & (input_ids != special.sep) & (input_ids != special.mask))
+  # Uniform scores in (0, 1] for candidates and -1 for the rest: the top-N are a uniformly random
+  # subset of candidates, and non-candidates only appear when a sequence has fewer than N.
+  scores = jnp.where(is_candidate, 1.0 - jax.random.uniform(rng, (batch, length)), -1.0)
+  top_scores, positions = jax.lax.top_k(scores, slots)
+  num_tokens = jnp.sum(input_ids != special.pad, axis=-1)
+  num_to_predict = jnp.clip(jnp.round(num_tokens * mask_prob), 1, slots).astype(jnp.int32)
+  weights = (jnp.arange(slots)[None, :] < num_to_predict[:, None]) & (top_scores > 0)
+  targets = jnp.take_along_axis(input_ids, positions, axis=1)
+  return Masked(input_ids, positions, weights.astype(jnp.float32), targets)
+
+
+def mask_inputs(rng, input_ids, mask_prob: float, special: SpecialIds = SpecialIds(),
+                mask_token_prob: float = 0.85) -> Masked:
+  """ELECTRA's masking: selects positions and writes [MASK] into 85% of them.
+
+  A selected position keeps its token with probability 1 - mask_token_prob; ELECTRA never
+  writes random tokens (unlike BERT's 80/10/10, `bert_mask_inputs`).
+  """
+  select_rng, keep_rng = jax.random.split(rng)
+  selected = select_positions(select_rng, input_ids, mask_prob, special)
+  use_mask_token = (jax.random.bernoulli(keep_rng, mask_token_prob, selected.positions.shape)
+                    & (selected.weights > 0))
+  written = jnp.where(use_mask_token, special.mask, selected.targets)
+  return write(selected, written)
+
+
+def bert_mask_inputs(rng, input_ids, mask_prob: float, vocab_size: int,
+                     special: SpecialIds = SpecialIds(), mask_token_prob: float = 0.8,
+                     random_token_prob: float = 0.1) -> Masked:
+  """BERT's masking: the same selection; of the selected, 80% [MASK], 10% random, 10% unchanged.
+
+  The random token is drawn uniformly from the non-special ids (`random_tokens`); like BERT's,
+  it may by chance equal the original.
+  """
+  select_rng, choice_rng, token_rng = jax.random.split(rng, 3)
+  selected = select_positions(select_rng, input_ids, mask_prob, special)
+  choice = jax.random.uniform(choice_rng, selected.positions.shape)
+  random_ids = random_tokens(token_rng, selected.positions.shape, vocab_size, special)
+  written = jnp.where(choice < mask_token_prob, special.mask,
+                      jnp.where(choice < mask_token_prob + random_token_prob, random_ids,
+                                selected.targets))
+  return write(selected, written)
+
+
+def random_tokens(rng, shape, vocab_size: int, special: SpecialIds = SpecialIds()):
+  """Ids uniform over [0, vocab_size) without [PAD], [UNK], [CLS], [SEP] and [MASK].
+
+  BERT's own data code drew from the whole vocabulary; a special token written into the text
+  would be one the model never sees there. Other reserved pieces (a WordPiece vocab's [unused*])
+  stay candidates: nothing marks them special.
+  """
+  excluded = sorted(set(special))
+  ids = jax.random.randint(rng, shape, 0, vocab_size - len(excluded))
+  for special_id in excluded:  # ascending, so each shift moves past the excluded ids below it
+    ids = ids + (ids >= special_id)
+  return ids.astype(jnp.int32)
+
+
+def write(masked: Masked, values) -> Masked:
+  """`masked` with `values` written into its input at the selected positions."""
+  return masked._replace(input_ids=scatter(masked.input_ids, masked.positions, values,
+                                           masked.weights > 0))
+
+
+def scatter(input_ids, positions, values, weights):
+  """input_ids with `values` written at `positions` wherever `weights` is set.
+
+  Unused slots point at positions that must stay as they are, so they are routed out of range
+  and dropped instead of written.
+  """
+  rows = jnp.arange(input_ids.shape[0])[:, None]
+  positions = jnp.where(weights, positions, input_ids.shape[1])
+  return input_ids.at[rows, positions].set(values, mode='drop')
+
+
+def sample_replacements(keys, logits, temperature: float):
+  """Tokens drawn from softmax(logits / temperature), one key per sequence; no gradient flows.
+
+  Per-sequence keys make a sequence's samples independent of which batch or micro-batch it is
+  in, so gradient accumulation reproduces the full batch exactly.
+  """
+  logits = jax.lax.stop_gradient(logits) / temperature
+  draw = lambda key, seq_logits: jax.random.categorical(key, seq_logits, axis=-1)
+  return jax.vmap(draw)(keys, logits).astype(jnp.int32)
+
+
+def replace_and_label(input_ids, masked: Masked, sampled):
+  """Originals with the samples written in, and labels 1.0 only where the token changed.
+
+  A sample that happens to equal the original token is labelled original (0), as in the paper.
+  """
+  fake_ids = scatter(input_ids, masked.positions, sampled, masked.weights > 0)
+  return fake_ids, (fake_ids != input_ids).astype(jnp.float32)
+
+
+def count_tokens(input_ids, special: SpecialIds = SpecialIds()):
+  return jnp.sum(input_ids != special.pad).astype(jnp.float32)

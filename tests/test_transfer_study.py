@@ -1,0 +1,159 @@
+"""benchmarks/transfer_study.py: the whole study at toy scale on real files, a re-run that skips
+everything, and the acceptance checks' arithmetic."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import ml_collections
+import pytest
+
+from conftest import REPO, SHARED_DATA, tree_digest
+from electra_jax import flops
+
+CORPUS = SHARED_DATA / 'pretraining-text'
+GLUE = SHARED_DATA / 'glue'
+STUDY = REPO / 'benchmarks' / 'transfer_study.py'
+STARTS = ('electra', 'mlm', 'random', 'random_no_decay')
+TASKS = ('SST-2', 'MRPC')
+
+
+def load_report():
+  spec = importlib.util.spec_from_file_location('transfer_report',
+                                                REPO / 'benchmarks' / 'transfer_report.py')
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def summary(scores: list[float]) -> dict:
+  """A fine-tuning summary as transfer_report reads it, with `scores` as seeds 0, 1, ..."""
+  ordered = sorted(scores)
+  return {'score_metric': 'dev accuracy', 'score': ordered[len(ordered) // 2],
+          'seeds': {str(i): {'accuracy': s} for i, s in enumerate(scores)}}
+
+
+def test_acceptance_checks_and_random_init_choice():
+  report = load_report()
+  electra, mlm = summary([0.80, 0.82, 0.81]), summary([0.81, 0.805, 0.83])
+  passed = report.acceptance_checks(electra, mlm, summary([0.75, 0.79, 0.78]))
+  # 81 >= 78 + 2; worst 80 > best 79; 81 >= 81 (a tie passes).
+  assert [c['passed'] for c in passed] == [True, True, True]
+  failed = report.acceptance_checks(electra, summary([0.815, 0.82, 0.83]),
+                                    summary([0.80, 0.795, 0.78]))
+  # 81 < 79.5 + 2; worst 80 is not above best 80; 81 < MLM's 82.
+  assert [c['passed'] for c in failed] == [False, False, False]
+  assert [c['passed'] for c in report.acceptance_checks(electra, None, None)] == [None] * 3
+  assert report.best_random({'random': summary([0.7]), 'random_no_decay': summary([0.71])}) == \
+      'random_no_decay'
+  assert report.best_random({'random': summary([0.7]), 'random_no_decay': summary([0.7])}) == \
+      'random'
+  assert report.best_random({'random': None, 'random_no_decay': summary([0.7])}) == \
+      'random_no_decay'
+
+
+def toy_corpus(directory):
+  """Two wiki shards and the two shortest books, linked (the study holds one of each out)."""
+  for folder, count in (('enwiki', 2), ('gutenberg', 2)):
+    files = sorted((CORPUS / folder).glob('*.txt'), key=lambda p: (p.stat().st_size, p.name))
+    (directory / folder).mkdir(parents=True)
+    for path in files[:count]:
+      (directory / folder / path.name).symlink_to(path)
+  return directory
+
+
+def run_study(out, corpus, *extra):
+  command = [sys.executable, str(STUDY), f'--out={out}', f'--corpus={corpus}',
+             f'--glue_dir={GLUE}', '--held_out=1', '--pretrain_steps=4', '--set=eval_every=2',
+             '--set=eval_steps=1', '--set=log_every=2', '--set=batch_size=8',
+             '--set=model.num_layers=1', '--seeds=0', '--sst2_examples=64',
+             '--mrpc_examples=64', '--finetune_epochs=1', '--max_seq_length=32', *extra]
+  result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+  assert result.returncode == 0, result.stdout + result.stderr
+  return result.stdout
+
+
+def check_results(out):
+  """results.json, results.md and the plots against the runs they summarise."""
+  image = pytest.importorskip('matplotlib.image')
+  results = json.loads((out / 'results.json').read_text())
+
+  # Pretraining at equal model FLOPs, counted independently from each run's saved config.
+  pretraining = results['pretraining']
+  per_step = {}
+  for objective in ('electra', 'mlm'):
+    config = ml_collections.ConfigDict(json.loads((out / objective / 'config.json').read_text()))
+    assert config.objective == objective
+    per_step[objective] = flops.train_step_flops(config)
+    run = pretraining[objective]
+    assert run['flops_per_step'] == per_step[objective]
+    assert run['flops'] == run['steps'] * per_step[objective]
+    assert (out / objective / 'checkpoints' / str(run['steps'])).is_dir()
+    lines = [json.loads(line) for line in (out / objective / 'metrics.jsonl').open()]
+    evals = [m for m in lines if 'eval_mlm_accuracy' in m]
+    assert [m['step'] for m in evals] == list(range(0, run['steps'] + 1, 2))
+    assert run['final_eval'] == evals[-1]
+  assert pretraining['electra']['steps'] == 4
+  assert per_step['mlm'] < per_step['electra']  # no generator: more MLM steps for the FLOPs
+  assert pretraining['mlm']['steps'] == round(4 * per_step['electra'] / per_step['mlm']) > 4
+  assert 'eval_disc_auc' in pretraining['electra']['final_eval']
+
+  # Every fine-tuning run, as its own results.json has it; medians of one seed are that seed.
+  assert len(results['runs']) == len(STARTS) * len(TASKS)
+  for run in results['runs']:
+    own = json.loads((out / 'finetune' / f"{run['start']}-{run['task']}" / 'results.json')
+                     .read_text())
+    assert run['seed'] == 0 and run['scores'] == own['seeds']['0'][run['task']]
+    summary_ = results['finetuning'][run['start']][run['task']]
+    assert summary_['median'] == run['scores'] and summary_['score'] == own['score']
+    assert summary_['budget']['train_examples'] == 64  # the same fixed draw for every start
+    assert summary_['layer_decay'] == (1.0 if run['start'] == 'random_no_decay' else 0.8)
+  markdown = (out / 'results.md').read_text()
+  for task in TASKS:
+    by_start = results['finetuning']
+    choice = results['random_init_choice'][task]
+    assert by_start[choice][task]['score'] == max(by_start[s][task]['score']
+                                                  for s in ('random', 'random_no_decay'))
+    electra, random, mlm = (by_start[s][task]['score'] for s in ('electra', choice, 'mlm'))
+    assert [c['passed'] for c in results['checks'][task]] == [
+        electra >= random + 0.02 - 1e-9, electra > random, electra >= mlm]
+  sst2, mrpc = (results['finetuning']['electra'][task]['median'] for task in TASKS)
+  acc, f1 = 100 * mrpc['accuracy'], 100 * mrpc['f1']
+  assert (f"| ELECTRA | {100 * sst2['accuracy']:.1f} ({100 * sst2['accuracy']:.1f}) | "
+          f'{acc:.1f} / {f1:.1f} ({acc:.1f}/{f1:.1f}) | 4 |') in markdown
+  assert '## Acceptance checks' in markdown
+  for name in ('pretraining_curves.png', 'finetune_scores.png'):
+    pixels = image.imread(out / name)
+    assert pixels.ndim == 3 and pixels.shape[0] > 100 and pixels.std() > 0  # not a blank image
+
+
+def test_whole_study_at_toy_scale_then_a_rerun_skips_everything(tmp_path):
+  """Needs config.objective=mlm (the MLM baseline) in electra_jax."""
+  pytest.importorskip('matplotlib')
+  if not CORPUS.is_dir() or not GLUE.is_dir():
+    pytest.skip(f'real data not found in {SHARED_DATA}')
+  out, corpus = tmp_path / 'study', toy_corpus(tmp_path / 'corpus')
+  first = run_study(out, corpus)
+  parts = ['data', 'pretrain_electra', 'pretrain_mlm'] + [
+      f'finetune_{start}_{task}' for task in TASKS for start in STARTS]
+  for part in parts:
+    assert f'{part}: done in' in first, first
+  check_results(out)
+
+  # Again: nothing runs, nothing in the runs changes, and the report comes out the same.
+  before = {d: tree_digest(out / d) for d in ('data', 'electra', 'mlm', 'finetune')}
+  report = (out / 'results.json').read_text()
+  second = run_study(out, corpus)
+  assert 'running' not in second, second
+  for part in parts:
+    assert f'{part}: finished before' in second, second
+  assert {d: tree_digest(out / d) for d in before} == before
+  assert (out / 'results.json').read_text() == report
+
+
+def test_bad_parts_is_one_clear_error(tmp_path):
+  result = subprocess.run([sys.executable, str(STUDY), f'--out={tmp_path}', '--parts=train'],
+                          capture_output=True, text=True, cwd=REPO)
+  assert result.returncode != 0
+  assert result.stderr.strip().splitlines()[-1].startswith('transfer_study: error: --parts=train')
