@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from conftest import SHARED_DATA, WIKITEXT, load_config
-from electra_jax import prepare
-from electra_jax.data import formats, packing, sentences, sources, vocab as vocab_lib
+from electra_jax.data import formats, packing, prepared_dir, sentences, sources
+from electra_jax.data import vocab as vocab_lib
 from electra_jax.errors import UsageError
 from test_data import ScriptedRng, assert_well_formed
 
@@ -246,7 +246,7 @@ def prepared(corpus, tmp_path_factory):
   config.data.prepare_workers = 1
   config.data.vocab_sample_sentences = 20_000
   out = tmp_path_factory.mktemp('corpora')
-  return prepare.prepare_dataset(config, str(out))['train'], out
+  return prepared_dir.prepare_dataset(config, str(out))['train'], out
 
 
 def test_fill_keeps_the_body_and_pads_little_at_length_128(prepared):

@@ -1,0 +1,73 @@
+"""A prepared data directory: the vocabulary and the splits a config names, written once.
+
+`python -m electra_jax.prepare` is its command line; tests and scripts call `prepare_dataset`
+directly (importing the command-line module would define its absl flags a second time).
+"""
+
+import os
+import shutil
+
+from electra_jax.data import preparation, sources as sources_lib, store, vocab as vocab_lib
+from electra_jax.errors import UsageError
+
+SPLITS = ('train', 'eval')
+
+
+def _vocab(config, out: str, train_sources, overwrite: bool):
+  """DATA_DIR's vocabulary: data.vocab_model copied, the one already there, or a new one."""
+  given = config.data.vocab_model
+  existing = [p for p in (os.path.join(out, n) for n in ('vocab.model', 'vocab.txt'))
+              if os.path.exists(p)]
+  if given:
+    vocab = vocab_lib.load_vocab(given)
+    target = os.path.join(out, 'vocab.txt' if given.endswith('.txt') else 'vocab.model')
+    if existing and (existing[0] != target or vocab_lib.vocab_fingerprint(vocab_lib.load_vocab(
+        existing[0])) != vocab_lib.vocab_fingerprint(vocab)) and not overwrite:
+      raise UsageError(f"{existing[0]} differs from data.vocab_model '{given}'; pass --overwrite "
+                       'to prepare everything in --out again with it, or choose another --out')
+    for path in existing:
+      os.remove(path)
+    shutil.copyfile(given, target)
+    return vocab_lib.load_vocab(target)
+  if existing and not overwrite:
+    return vocab_lib.load_vocab(existing[0])
+  return preparation.train_vocab(
+      train_sources, config.model.vocab_size, os.path.join(out, 'vocab'),
+      tfds_data_dir=config.data.tfds_data_dir, text_field=config.data.text_field,
+      max_sentences=config.data.vocab_sample_sentences, seed=config.seed)
+
+
+def prepare_dataset(config, out: str, *, overwrite: bool = False) -> dict[str, dict]:
+  """Prepares the vocabulary and the splits the config names into `out`; returns manifests."""
+  if config.data.prepared_dir:
+    raise UsageError('data.prepared_dir names data that is already prepared; name the corpus to '
+                     'prepare with data.sources or data.train_files')
+  store.check_local(out, '--out')
+  specs = {split: sources_lib.from_config(config.data, split) for split in SPLITS}
+  if specs['train'] is None:
+    raise UsageError('no training data to prepare: pass --config.data.sources=... or '
+                     '--config.data.train_files=PATH_OR_GLOB')
+  os.makedirs(out, exist_ok=True)
+  vocab = _vocab(config, out, specs['train'], overwrite)
+  manifests = {}
+  for split, split_specs in specs.items():
+    if split_specs is None:
+      continue
+    units = preparation.resolve(split_specs, tfds_data_dir=config.data.tfds_data_dir,
+                                text_field=config.data.text_field)
+    key = preparation.preparation_key(split_specs, units, vocab, config.max_seq_length,
+                                      config.seed, config.data.text_field)
+    split_dir = os.path.join(out, split)
+    if os.path.exists(os.path.join(split_dir, store.MANIFEST)):
+      manifest = store.read_manifest(split_dir)
+      if manifest['key'] == key:
+        manifests[split] = manifest
+        continue
+      if not overwrite:
+        raise UsageError(f'{split_dir} holds data prepared from other inputs (sources, '
+                         'vocabulary, max_seq_length or seed); pass --overwrite to replace it, '
+                         'or choose another --out')
+    manifests[split] = preparation.prepare_split(
+        split_specs, units, vocab, split_dir, max_seq_length=config.max_seq_length,
+        seed=config.seed, key=key, workers=config.data.prepare_workers, name=split)
+  return manifests
