@@ -141,6 +141,22 @@ def _get(tree, path):
   return tree
 
 
+def test_initial_parameters_are_those_of_flax_init_op_by_op():
+  """init_params compiles the initialisers once per model shape and length; the numbers are
+  those that model.init draws op by op."""
+  config = tiny_model(40)
+  config.num_layers = 1  # fewer distinct operations to compile one by one
+  model = model_lib.Classifier(config, num_outputs=3)
+  ids = jnp.zeros((1, 8), jnp.int32)
+  eager = model.init({'params': jax.random.PRNGKey(5)}, ids, ids)['params']
+  compiled = model_lib.init_params(model, jax.random.PRNGKey(5), 8)
+  jax.tree.map(np.testing.assert_array_equal, compiled, eager)
+  reused = model_lib._init_program.cache_info().hits  # pylint: disable=protected-access
+  model_lib.init_params(model_lib.Classifier(config.copy_and_resolve_references(), 3),
+                        jax.random.PRNGKey(1), 8)
+  assert model_lib._init_program.cache_info().hits == reused + 1  # pylint: disable=protected-access
+
+
 def test_attention_choice_reaches_the_classifier():
   """config.attention picks the encoder's kernel in evaluation; the kernels agree, and an
   unknown name is refused with the choices."""

@@ -65,7 +65,7 @@ def toy_corpus(directory):
 
 def run_study(out, corpus, *extra):
   command = [sys.executable, str(STUDY), f'--out={out}', f'--corpus={corpus}',
-             f'--glue_dir={GLUE}', '--held_out=1', '--pretrain_steps=4', '--set=eval_every=2',
+             f'--glue_dir={GLUE}', '--held_out=1', '--pretrain_steps=8', '--set=eval_every=2',
              '--set=eval_steps=1', '--set=log_every=2', '--set=batch_size=8',
              '--set=model.num_layers=1', '--seeds=0', '--sst2_examples=64',
              '--mrpc_examples=64', '--finetune_epochs=1', '--max_seq_length=32', *extra]
@@ -94,9 +94,9 @@ def check_results(out):
     evals = [m for m in lines if 'eval_mlm_accuracy' in m]
     assert [m['step'] for m in evals] == list(range(0, run['steps'] + 1, 2))
     assert run['final_eval'] == evals[-1]
-  assert pretraining['electra']['steps'] == 4
+  assert pretraining['electra']['steps'] == 8
   assert per_step['mlm'] < per_step['electra']  # no generator: more MLM steps for the FLOPs
-  assert pretraining['mlm']['steps'] == round(4 * per_step['electra'] / per_step['mlm']) > 4
+  assert pretraining['mlm']['steps'] == round(8 * per_step['electra'] / per_step['mlm']) > 8
   assert 'eval_disc_auc' in pretraining['electra']['final_eval']
 
   # Every fine-tuning run, as its own results.json has it; medians of one seed are that seed.
@@ -121,7 +121,7 @@ def check_results(out):
   sst2, mrpc = (results['finetuning']['electra'][task]['median'] for task in TASKS)
   acc, f1 = 100 * mrpc['accuracy'], 100 * mrpc['f1']
   assert (f"| ELECTRA | {100 * sst2['accuracy']:.1f} ({100 * sst2['accuracy']:.1f}) | "
-          f'{acc:.1f} / {f1:.1f} ({acc:.1f}/{f1:.1f}) | 4 |') in markdown
+          f'{acc:.1f} / {f1:.1f} ({acc:.1f}/{f1:.1f}) | 8 |') in markdown
   assert '## Acceptance checks' in markdown
   for name in ('pretraining_curves.png', 'finetune_scores.png'):
     pixels = image.imread(out / name)
