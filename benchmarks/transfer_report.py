@@ -126,7 +126,8 @@ def summarize(out: str, plan: dict, state: dict, args: dict) -> dict:
   wall = {name: record['seconds'] for name, record in state.items() if 'seconds' in record}
   wall['pretrain'] = sum(v for k, v in wall.items() if k.startswith('pretrain_'))
   wall['finetune'] = sum(v for k, v in wall.items() if k.startswith('finetune_'))
-  wall['total'] = wall.get('data', 0.0) + wall['pretrain'] + wall['finetune']
+  parts = wall.get('data', 0.0) + wall['pretrain'] + wall['finetune']
+  wall['total'] = wall.pop('study', parts)  # elapsed; less than the parts' sum with --jobs > 1
   return {
       'settings': {k: args[k] for k in ('config', 'set', 'corpus', 'held_out', 'glue_dir',
                                         'seeds', 'max_seq_length', 'sst2_examples',
@@ -202,9 +203,10 @@ def markdown(results: dict) -> str:
         f'{k[5:]} {v:.4f}' for k, v in final.items() if k.startswith('eval_')) \
         if final else 'not run'
     lines.append(f'- {LABELS[objective]}, {shown}')
-  lines += ['', f"Wall time: data {format_duration(wall.get('data', 0))}, pretraining "
-            f"{format_duration(wall['pretrain'])}, fine-tuning {format_duration(wall['finetune'])}"
-            f", total {format_duration(wall['total'])}.", '',
+  lines += ['', f"Wall time of the parts (each on its share of the cores): data "
+            f"{format_duration(wall.get('data', 0))}, pretraining {format_duration(wall['pretrain'])}"
+            f", fine-tuning {format_duration(wall['finetune'])}. The whole study: "
+            f"{format_duration(wall['total'])}.", '',
             '![pretraining curves](pretraining_curves.png)', '',
             '![fine-tuning scores](finetune_scores.png)', '']
   return '\n'.join(lines)

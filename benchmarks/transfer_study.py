@@ -13,19 +13,24 @@ so running the command again resumes where it stopped):
   finetune  electra_jax.finetune with the paper's recipe on SST-2 (a fixed random subset) and
             MRPC, for every seed, from each pretrained encoder and from random initialisation
             with the recipe's layer-wise decay and with none (DIR/finetune/<start>-<task>).
-Whatever has finished is then summarised in DIR/results.json, DIR/results.md and two plots (see
+--jobs runs that many parts at once, each pinned to its own share of the CPU cores: both
+pretraining runs together, then the fine-tuning runs (longest first). Whatever has finished is then summarised in DIR/results.json, DIR/results.md and two plots (see
 transfer_report.py). Each part's output goes to DIR/logs/<part>.log; the console gets a line as
 each part starts and one with its wall time as it ends. DIR/state.json keeps each finished part's
-command and wall time.
+command and wall time, and the study's own wall time (the sum of the invocations that ran
+something), which with --jobs > 1 is less than the parts' sum.
 """
 
 import argparse
+import concurrent.futures
 import glob
 import json
 import os
+import queue
 import random
 import subprocess
 import sys
+import threading
 import time
 
 from absl import flags
@@ -71,10 +76,14 @@ def parse_args(argv=None):
                       help='MRPC training examples; 0 = all (a smaller number is for tests)')
   parser.add_argument('--finetune_epochs', type=float, default=0.0,
                       help="0 = the recipe's (3); less is for tests")
+  parser.add_argument('--jobs', type=int, default=0,
+                      help='parts run at once, each on its own cores; 0 = one per CPU core '
+                      '(at most 8)')
   parser.add_argument('--parts', default='pretrain,finetune',
                       help='comma-separated: pretrain, finetune (the report is always written)')
   args = parser.parse_args(argv)
   args.parts = [p for p in args.parts.split(',') if p]
+  args.jobs = args.jobs or min(len(usable_cores()), 8)
   unknown = set(args.parts) - {'pretrain', 'finetune'}
   if unknown:
     raise UsageError(f"--parts={','.join(args.parts)}: unknown {', '.join(sorted(unknown))}; "
@@ -93,29 +102,40 @@ def load_state(out: str) -> dict:
     return json.load(f)
 
 
+_STATE_LOCK = threading.Lock()  # parts running at once record into one state
+_RAN_A_PART = threading.Event()  # this invocation's wall time counts toward the study's
+
+
 def save_state(out: str, state: dict):
   path = os.path.join(out, 'state.json')
-  with open(path + '.tmp', 'w') as f:
-    json.dump(state, f, indent=2)
-  os.replace(path + '.tmp', path)
+  with _STATE_LOCK:
+    with open(path + '.tmp', 'w') as f:
+      json.dump(state, f, indent=2)
+    os.replace(path + '.tmp', path)
 
 
-def run_part(out: str, state: dict, name: str, command: list[str], what: str):
-  """Runs `command` with its output in DIR/logs/<name>.log; records it in state when it ends.
+def run_part(out: str, state: dict, name: str, command: list[str], what: str,
+             cores: set[int] | None = None):
+  """Runs `command` (on `cores`, if given) with its output in DIR/logs/<name>.log; records it
+  in state when it ends.
 
   The wall time of every attempt is added up, an interrupted one included.
   """
   log_path = os.path.join(out, 'logs', f'{name}.log')
   os.makedirs(os.path.dirname(log_path), exist_ok=True)
-  print(f'{name}: running {what} (log: {log_path})', flush=True)
-  record = state.setdefault(name, {'seconds': 0.0})
+  on = f', cores {",".join(map(str, sorted(cores)))}' if cores else ''
+  print(f'{name}: running {what}{on} (log: {log_path})', flush=True)
+  with _STATE_LOCK:
+    record = state.setdefault(name, {'seconds': 0.0})
+  _RAN_A_PART.set()
   started = time.perf_counter()
+  pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
   try:
     with open(log_path, 'a') as log:
       log.write('$ ' + ' '.join(command) + '\n')
       log.flush()
       returncode = subprocess.run(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                                  env=child_env(out)).returncode
+                                  env=child_env(out), preexec_fn=pin).returncode
   finally:
     record['seconds'] = round(record['seconds'] + time.perf_counter() - started, 1)
     save_state(out, state)
@@ -135,6 +155,45 @@ def child_env(out: str) -> dict[str, str]:
   cache (JAX's persistent one, keyed by the program) lets all but the first skip compiling.
   """
   return {'JAX_COMPILATION_CACHE_DIR': os.path.join(out, 'jax_cache'), **os.environ}
+
+
+def usable_cores() -> list[int]:
+  if hasattr(os, 'sched_getaffinity'):
+    return sorted(os.sched_getaffinity(0))
+  return list(range(os.cpu_count() or 1))
+
+
+def run_all(parts: list, jobs: int):
+  """Calls each part(cores), `jobs` at a time, each job on its own share of the cores.
+
+  Two programs on the same cores slow each other more than they gain; pinned, each runs at the
+  speed of its share. The first failure stops what has not started and is raised when the
+  running parts have ended.
+  """
+  cores = usable_cores()
+  if jobs <= 1 or len(parts) <= 1 or not hasattr(os, 'sched_setaffinity'):
+    for part in parts:
+      part(None)
+    return
+  jobs = min(jobs, len(parts), len(cores))
+  free = queue.Queue()
+  for i in range(jobs):
+    free.put(set(cores[i::jobs]))
+
+  def on_free_cores(part):
+    share = free.get()
+    try:
+      part(share)
+    finally:
+      free.put(share)
+
+  pool = concurrent.futures.ThreadPoolExecutor(jobs)
+  futures = [pool.submit(on_free_cores, part) for part in parts]
+  try:
+    for future in concurrent.futures.as_completed(futures):
+      future.result()
+  finally:
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def skip(state: dict, name: str, note: str = ''):
@@ -238,7 +297,7 @@ def changed_flags(before: list[str], now: list[str]) -> list[str]:
   return sorted(keep(before) ^ keep(now))
 
 
-def pretrain(args, state: dict, objective: str, run: dict):
+def pretrain(args, state: dict, objective: str, run: dict, cores: set[int] | None = None):
   name, workdir = f'pretrain_{objective}', os.path.join(args.out, objective)
   command = [sys.executable, '-m', 'electra_jax.main', f'--workdir={workdir}', *run['flags']]
   recorded = state.get(name, {}).get('command')
@@ -257,7 +316,7 @@ def pretrain(args, state: dict, objective: str, run: dict):
   resuming = f' from step {steps[-1]}' if steps else ''
   run_part(args.out, state, name, command,
            f'{objective} for {run["steps"]:,} steps{resuming}, '
-           f'{run["steps"] * run["flops_per_step"]:.3g} FLOPs')
+           f'{run["steps"] * run["flops_per_step"]:.3g} FLOPs', cores)
   if committed_steps(workdir)[-1:] != [run['steps']]:
     sys.exit(f'{name}: main ended without a checkpoint at step {run["steps"]}; see '
              f'{os.path.join(args.out, "logs", name + ".log")}')
@@ -290,7 +349,8 @@ def start_flags(args, plan: dict, start: str) -> tuple[list[str], int | None]:
   return finetune_glue.random_init_flags(plan['model'], vocab) + decay, None
 
 
-def fine_tune(args, state: dict, plan: dict, start: str, task: str):
+def fine_tune(args, state: dict, plan: dict, start: str, task: str,
+              cores: set[int] | None = None):
   name, out = f'finetune_{start}_{task}', os.path.join(args.out, 'finetune', f'{start}-{task}')
   init_flags, step = start_flags(args, plan, start)
   examples = {'SST-2': args.sst2_examples, 'MRPC': args.mrpc_examples}[task]
@@ -304,8 +364,9 @@ def fine_tune(args, state: dict, plan: dict, start: str, task: str):
       and record.get('pretrained_step') == step):
     skip(state, name)
     return
-  state.pop(name, None)  # a stale run's time is not this run's
-  run_part(args.out, state, name, command, f'{task} from {start}, seeds {args.seeds}')
+  with _STATE_LOCK:
+    state.pop(name, None)  # a stale run's time is not this run's
+  run_part(args.out, state, name, command, f'{task} from {start}, seeds {args.seeds}', cores)
   state[name]['pretrained_step'] = step
   save_state(args.out, state)
 
@@ -315,6 +376,20 @@ def main(argv=None):
   args.out = os.path.abspath(args.out)
   os.makedirs(args.out, exist_ok=True)
   state = load_state(args.out)
+  started = time.perf_counter()
+  try:
+    plan = run_study(args, state)
+  finally:  # the study's wall time counts invocations that ran a part, an interrupted one too
+    if _RAN_A_PART.is_set():
+      study = state.setdefault('study', {'seconds': 0.0})
+      study['seconds'] = round(study['seconds'] + time.perf_counter() - started, 1)
+    save_state(args.out, state)
+  written = transfer_report.write_report(args.out, plan, state, vars(args))
+  print(f'report: {", ".join(written)}', flush=True)
+
+
+def run_study(args, state: dict) -> dict:
+  """Runs the parts asked for that have not finished; returns the pretraining plan."""
   data_dir = os.path.join(args.out, 'data')
   plan = plan_pretraining(args, data_dir)
   print(f"plan: ELECTRA {plan['electra']['steps']:,} steps x "
@@ -322,15 +397,12 @@ def main(argv=None):
         f"{plan['mlm']['flops_per_step']:.3g} FLOPs", flush=True)
   if 'pretrain' in args.parts:
     prepare_data(args, state, data_dir)
-    for objective in OBJECTIVES:
-      pretrain(args, state, objective, plan[objective])
-  if 'finetune' in args.parts:
-    for task in TASKS:
-      for start in STARTS:
-        fine_tune(args, state, plan, start, task)
-  save_state(args.out, state)
-  written = transfer_report.write_report(args.out, plan, state, vars(args))
-  print(f'report: {", ".join(written)}', flush=True)
+    run_all([lambda cores, o=o: pretrain(args, state, o, plan[o], cores) for o in OBJECTIVES],
+            args.jobs)
+  if 'finetune' in args.parts:  # SST-2 first: its runs are the longest
+    run_all([lambda cores, s=s, t=t: fine_tune(args, state, plan, s, t, cores)
+             for t in TASKS for s in STARTS], args.jobs)
+  return plan
 
 
 if __name__ == '__main__':
