@@ -22,6 +22,13 @@ def wikitext():
   return WIKITEXT
 
 
+def real_file(path: Path) -> Path:
+  """`path` under SHARED_DATA, or the test is skipped where ../shared is absent."""
+  if not path.is_file():
+    pytest.skip(f'real data not found at {path} (../shared beside the checkout)')
+  return path
+
+
 def load_config(name: str):
   """get_config() of configs/<name>.py."""
   from electra_jax.config import load_config_file  # pylint: disable=g-import-not-at-top

@@ -43,6 +43,19 @@ class Vocab:
     """Token ids of each line (sentencepiece encodes the batch on all cores)."""
     return self.processor.encode(list(lines), out_type=int)
 
+  def encode_with_offsets(self, lines: Sequence[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+    """Token ids of each line and each token's [start, end) character span in that line.
+
+    sentencepiece reports spans in UTF-8 bytes; a piece that stands for no character (the
+    word-initial '▁' on its own) has an empty span.
+    """
+    encoded = []
+    for line, proto in zip(lines, self.processor.encode(list(lines), out_type='proto')):
+      char_at = _byte_to_char(line)
+      encoded.append(([p.id for p in proto.pieces],
+                      [(char_at[p.begin], char_at[p.end]) for p in proto.pieces]))
+    return encoded
+
   def fingerprint(self) -> str:
     """sha256 of the model's bytes: recorded with prepared data, so a changed vocabulary is seen.
 
@@ -50,6 +63,14 @@ class Vocab:
     after loading cannot make the fingerprint disagree with the ids in use.
     """
     return hashlib.sha256(self.processor.serialized_model_proto()).hexdigest()
+
+
+def _byte_to_char(text: str) -> list[int] | range:
+  """For each UTF-8 byte offset into `text` (and its end), the character offset it falls in."""
+  if text.isascii():
+    return range(len(text) + 1)
+  char_at = [i for i, c in enumerate(text) for _ in c.encode('utf-8')]
+  return char_at + [len(text)]
 
 
 def reservoir_sample(items: Iterable[T], size: int, rng: np.random.Generator) -> list[T]:

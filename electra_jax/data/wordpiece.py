@@ -46,6 +46,11 @@ class WordPieceVocab:
     encodings = self.tokenizer.encode_batch(list(lines), add_special_tokens=False)
     return [encoding.ids for encoding in encodings]
 
+  def encode_with_offsets(self, lines: Sequence[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+    """Token ids of each line and each token's [start, end) character span in that line."""
+    encodings = self.tokenizer.encode_batch(list(lines), add_special_tokens=False)
+    return [(encoding.ids, [tuple(o) for o in encoding.offsets]) for encoding in encodings]
+
   def fingerprint(self) -> str:
     """sha256 over the pieces and the casing: what decides the ids of a text."""
     return hashlib.sha256(json.dumps([self.lowercase, self.pieces]).encode()).hexdigest()

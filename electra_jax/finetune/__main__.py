@@ -1,11 +1,14 @@
-"""Command line: fine-tune on one GLUE task, for one or several seeds.
+"""Command line: fine-tune on one task (GLUE, SQuAD or CoNLL-2000 chunking), for one or more seeds.
 
 python -m electra_jax.finetune --config=configs/finetune/glue.py --config.task=MRPC \
     --config.init_from=RUN_OR_HF_DIR [--config.data_dir=GLUE_DIR] [--config.seeds=0,1,2] \
     --workdir=DIR
+(--config=configs/finetune/squad.py --config.task=squad_v1|squad_v2, or
+ --config=configs/finetune/chunk.py, with --config.data_dir=DIR of their files)
 
-Writes DIR/results.json (each seed's dev metrics and the medians), DIR/<TASK>.tsv (GLUE
-submission files for the test split) and DIR/config.json (the resolved recipe).
+Writes DIR/results.json (each seed's dev metrics and the medians), DIR/config.json (the resolved
+recipe) and the task's outputs: DIR/<TASK>.tsv (GLUE submission files for the test split),
+predictions.json (SQuAD answers; for 2.0 also null_odds.json) or predictions.txt (chunk tags).
 """
 
 from absl import app, flags
@@ -26,8 +29,8 @@ def main(argv):
     cli.fail(f'unexpected arguments: {" ".join(argv[1:])}\nusage: {USAGE}')
   cli.quiet_orbax()
   # pylint: disable=g-import-not-at-top  (keeps --help fast)
-  from electra_jax.finetune import results, train
-  summary = cli.run(train.fine_tune, _CONFIG.value, _WORKDIR.value)
+  from electra_jax.finetune import results, run
+  summary = cli.run(run.fine_tune, _CONFIG.value, _WORKDIR.value)
   print(f'{summary["task"]}: {summary["score_metric"]} {summary["score"]:.4f} (median of '
         f'{len(summary["seeds"])} seed(s)); {results.format_scores(summary["median"])}; '
         f'{_WORKDIR.value}/{results.RESULTS}')

@@ -18,6 +18,21 @@ import ml_collections
 from electra_jax.model import Embeddings, Encoder
 
 
+def encode(module: nn.Module, input_ids, segment_ids, deterministic: bool):
+  """The discriminator's sequence output [B, L, H], built inside `module`'s compact call, whose
+  `config`, `dtype` and `attention` fields it reads: its parameters are module's `embeddings`
+  and `discriminator`, the names pretraining gives them, for every task family's model."""
+  c = module.config
+  embedded = Embeddings(c.vocab_size, c.embedding_size, c.max_position_embeddings,
+                        c.type_vocab_size, c.dropout_rate, module.dtype, name='embeddings')(
+                            input_ids, segment_ids, deterministic)
+  return Encoder(hidden_size=c.hidden_size, num_layers=c.num_layers, num_heads=c.num_heads,
+                 intermediate_size=c.intermediate_size, dropout_rate=c.dropout_rate,
+                 attention_dropout_rate=c.attention_dropout_rate, dtype=module.dtype,
+                 attention=module.attention, name='discriminator')(
+                     embedded, input_ids != 0, deterministic)
+
+
 class Classifier(nn.Module):
   config: ml_collections.ConfigDict  # a pretraining run's `model` section
   num_outputs: int
@@ -27,14 +42,7 @@ class Classifier(nn.Module):
 
   @nn.compact
   def __call__(self, input_ids, segment_ids, deterministic: bool = True):
-    c = self.config
-    embedded = Embeddings(c.vocab_size, c.embedding_size, c.max_position_embeddings,
-                          c.type_vocab_size, c.dropout_rate, self.dtype, name='embeddings')(
-                              input_ids, segment_ids, deterministic)
-    hidden = Encoder(hidden_size=c.hidden_size, num_layers=c.num_layers, num_heads=c.num_heads,
-                     intermediate_size=c.intermediate_size, dropout_rate=c.dropout_rate,
-                     attention_dropout_rate=c.attention_dropout_rate, dtype=self.dtype,
-                     attention=self.attention, name='discriminator')(embedded, input_ids != 0, deterministic)
+    hidden = encode(self, input_ids, segment_ids, deterministic)
     first = nn.Dropout(self.head_dropout_rate)(hidden[:, 0], deterministic=deterministic)
     return nn.Dense(self.num_outputs, kernel_init=nn.initializers.glorot_uniform(),
                     dtype=jnp.float32, name='classifier')(first)
@@ -60,3 +68,21 @@ def _init_program(model: Classifier, max_seq_length: int):
 
 def param_shapes(model: Classifier, max_seq_length: int):
   return jax.eval_shape(lambda: init_params(model, jax.random.PRNGKey(0), max_seq_length))
+
+
+class Tagger(nn.Module):
+  """Per-token label logits [B, L, num_labels]: one dense layer over the sequence output.
+
+  The task reads the logits of each word's first sub-token (chunk_data); the original had no
+  dropout of its own before this layer, only the encoder's.
+  """
+  config: ml_collections.ConfigDict
+  num_labels: int
+  dtype: Any = jnp.float32
+  attention: str = 'auto'
+
+  @nn.compact
+  def __call__(self, input_ids, segment_ids, deterministic: bool = True):
+    hidden = encode(self, input_ids, segment_ids, deterministic)
+    return nn.Dense(self.num_labels, kernel_init=nn.initializers.glorot_uniform(),
+                    dtype=jnp.float32, name='classifier')(hidden)

@@ -6,11 +6,25 @@ resolved config, with every number used, is what DIR/config.json records.
 
 import ml_collections
 
+from electra_jax.config import load_config_file
 from electra_jax.errors import UsageError
 from electra_jax.finetune.tasks import Task
 
+# Fields of configs/finetune/glue.py that only GLUE's data and classifier read.
+GLUE_ONLY = ('tfds_name', 'tfds_data_dir', 'max_train_examples', 'swap_pairs', 'predict_test',
+             'head_dropout')
+
 # Per model size: peak learning rate and layer-wise decay (ELECTRA paper, Appendix).
 SIZES = {'small': (3e-4, 0.8), 'base': (1e-4, 0.8), 'large': (5e-5, 0.9)}
+
+
+def shared_recipe(glue_config_path: str) -> ml_collections.ConfigDict:
+  """GLUE's config file without its GLUE-only fields: the start of the other task families'
+  config files, so that the optimizer and the per-size recipe are written down once."""
+  config = load_config_file(glue_config_path)
+  for name in GLUE_ONLY:
+    del config[name]
+  return config
 
 
 def infer_size(model: ml_collections.ConfigDict) -> str:

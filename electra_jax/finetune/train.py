@@ -49,14 +49,12 @@ def gather_batch(inputs, order, step):
   return jax.tree.map(lambda values: values[rows], inputs)
 
 
-def train_step(state, inputs, order, *, model, optimizer, regression):
+def train_step(state, inputs, order, *, loss_of, optimizer):
   """One update on the batch order[state.step] of the training `inputs`, dropout key
-  fold_in(state.rng, state.step)."""
+  fold_in(state.rng, state.step); loss_of(params, batch, rng) is the task family's loss."""
   batch = gather_batch(inputs, order, state.step)
   rng = jax.random.fold_in(state.rng, state.step)
-  loss, grads = jax.value_and_grad(functools.partial(loss_fn, model=model,
-                                                     regression=regression))(
-                                                         state.params, batch, rng)
+  loss, grads = jax.value_and_grad(loss_of)(state.params, batch, rng)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   return state.replace(step=state.step + 1, params=params, opt_state=opt_state), loss
@@ -76,15 +74,29 @@ class Compiled(NamedTuple):
 
 
 def compile_steps(model, optimizer, regression, mesh) -> Compiled:
+  """GLUE's steps: its classifier's loss and outputs."""
+  return compile_task_steps(functools.partial(loss_fn, model=model, regression=regression),
+                            functools.partial(predict_step, model=model), optimizer, mesh)
+
+
+def compile_task_steps(loss_of, predict_of, optimizer, mesh) -> Compiled:
+  """The jitted steps of any task family: loss_of(params, batch, rng) -> scalar for training,
+  predict_of(params, batch) -> an array or a dict of arrays (first axis: batch) for evaluation."""
   replicated, batch_sharding = NamedSharding(mesh, P()), NamedSharding(mesh, P('data'))
   order_sharding = NamedSharding(mesh, P(None, 'data'))
-  step = jax.jit(functools.partial(train_step, model=model, optimizer=optimizer,
-                                   regression=regression),
+  step = jax.jit(functools.partial(train_step, loss_of=loss_of, optimizer=optimizer),
                  in_shardings=(replicated, replicated, order_sharding),
                  out_shardings=(replicated, replicated), donate_argnums=0)
-  predict = jax.jit(functools.partial(predict_step, model=model),
-                    in_shardings=(replicated, batch_sharding), out_shardings=batch_sharding)
+  predict = jax.jit(predict_of, in_shardings=(replicated, batch_sharding),
+                    out_shardings=batch_sharding)
   return Compiled(step, predict, optimizer, replicated, batch_sharding, order_sharding)
+
+
+def compile_for(config, model, num_layers: int, loss_of, predict_of, total_steps: int) -> Compiled:
+  """The layer-wise optimizer over `model`'s parameters and the steps, on all devices."""
+  shapes = model_lib.param_shapes(model, config.max_seq_length)
+  optimizer = optim.make_optimizer(config, shapes, num_layers, total_steps)
+  return compile_task_steps(loss_of, predict_of, optimizer, pretrain.make_mesh())
 
 
 def batch_order(num_examples: int, batch_size: int, steps: int, seed: int) -> np.ndarray:
@@ -95,17 +107,19 @@ def batch_order(num_examples: int, batch_size: int, steps: int, seed: int) -> np
   return order[:steps * batch_size].reshape(steps, batch_size)
 
 
-def predict(predict_fn, params, inputs, batch_size, batch_sharding) -> np.ndarray:
-  """Model outputs [N, outputs] in eval mode; the last batch is padded with empty rows."""
+def predict(predict_fn, params, inputs, batch_size, batch_sharding):
+  """Model outputs in eval mode ([N, outputs], or a dict of [N, ...] arrays); the last batch is
+  padded with empty rows."""
   count = len(inputs['input_ids'])
   outputs = []
   for start in range(0, count, batch_size):
     batch = {k: v[start:start + batch_size] for k, v in inputs.items()}
     rows = len(batch['input_ids'])
-    batch = {k: np.pad(v, ((0, batch_size - rows), (0, 0))) for k, v in batch.items()}
-    out = predict_fn(params, jax.device_put(batch, batch_sharding))
-    outputs.append(np.asarray(jax.device_get(out))[:rows])
-  return np.concatenate(outputs)
+    batch = {k: np.pad(v, [(0, batch_size - rows)] + [(0, 0)] * (v.ndim - 1))
+             for k, v in batch.items()}
+    out = jax.device_get(predict_fn(params, jax.device_put(batch, batch_sharding)))
+    outputs.append(jax.tree.map(lambda values: np.asarray(values)[:rows], out))
+  return jax.tree.map(lambda *parts: np.concatenate(parts), *outputs)
 
 
 def to_predictions(task, outputs: np.ndarray) -> np.ndarray:
@@ -129,7 +143,7 @@ def train_seed(config, seed, start, model, compiled, train_inputs, total_steps, 
   state = jax.device_put(pretrain.TrainState(
       step=np.zeros([], np.int32), params=params, opt_state=compiled.optimizer.init(params),
       rng=jax.random.fold_in(jax.random.PRNGKey(seed), 1)), compiled.replicated)
-  order = jax.device_put(batch_order(len(train_inputs['labels']), config.batch_size,
+  order = jax.device_put(batch_order(len(train_inputs['input_ids']), config.batch_size,
                                      total_steps, seed), compiled.order_sharding)
   window, started = [], time.perf_counter()
   for step in range(total_steps):
@@ -160,6 +174,24 @@ def fine_tune_seed(config, task, seed, start, model, compiled, train_inputs, eva
     test_predictions[name] = to_predictions(task, predict(
         predict_fn, params, inputs, config.eval_batch_size, batch_sharding))
   return scores, test_predictions
+
+
+def for_each_seed(config, workdir: str, total_steps: int, run_seed) -> dict:
+  """{seed: run_seed(seed, log)} over config.seeds; `log` writes a training record to
+  DIR/metrics.jsonl. run_seed's outcome starts with the seed's scores, which are logged."""
+  with open(os.path.join(workdir, 'metrics.jsonl'), 'w') as metrics_file:
+    def log(record):
+      metrics_file.write(json.dumps(record) + '\n')
+      metrics_file.flush()
+      logging.info('seed %d step %d/%d | loss %.4f | lr %.2e | %.1f steps/s', record['seed'],
+                   record['step'], total_steps, record['loss'], record['learning_rate'],
+                   record['steps_per_s'])
+
+    outcomes = {}
+    for seed in settings.parse_seeds(config.seeds):
+      outcomes[seed] = run_seed(seed, log)
+      logging.info('seed %d: %s', seed, results.format_scores(outcomes[seed][0]))
+  return outcomes
 
 
 def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
@@ -195,22 +227,12 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
                len(data.train), used, len(train_set), total_steps, config.batch_size,
                config.learning_rate, config.layer_decay, config.seeds)
 
-  metrics_path = os.path.join(workdir, 'metrics.jsonl')
-  with open(metrics_path, 'w') as metrics_file:
-    def log(record):
-      metrics_file.write(json.dumps(record) + '\n')
-      metrics_file.flush()
-      logging.info('seed %d step %d/%d | loss %.4f | lr %.2e | %.1f steps/s', record['seed'],
-                   record['step'], total_steps, record['loss'], record['learning_rate'],
-                   record['steps_per_s'])
-
-    per_seed, predictions = {}, {}
-    started = time.perf_counter()
-    for seed in settings.parse_seeds(config.seeds):
-      per_seed[seed], predictions[seed] = fine_tune_seed(
-          config, task, seed, start, model, compiled, train_inputs, eval_inputs, total_steps,
-          schedule, log)
-      logging.info('seed %d: %s', seed, results.format_scores(per_seed[seed]))
+  started = time.perf_counter()
+  outcomes = for_each_seed(config, workdir, total_steps, lambda seed, log: fine_tune_seed(
+      config, task, seed, start, model, compiled, train_inputs, eval_inputs, total_steps,
+      schedule, log))
+  per_seed = {seed: scores for seed, (scores, _) in outcomes.items()}
+  predictions = {seed: test for seed, (_, test) in outcomes.items()}
   budget = {'train_examples': used, 'train_pairs_with_swaps': len(train_set),
             'steps': total_steps, 'batch_size': config.batch_size,
             'epochs': config.num_epochs, 'max_seq_length': config.max_seq_length,

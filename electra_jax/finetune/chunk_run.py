@@ -1,0 +1,110 @@
+"""Fine-tuning on CoNLL-2000 chunking, for several seeds: files -> features -> GLUE's loop -> F1.
+
+The loop is GLUE's (train.py). The loss is the original's: per sentence, the sum over its words
+of the cross-entropy of the word's first sub-token, averaged over the batch. Per seed, the
+evaluation file's predicted tags (BIO) are scored by conlleval's rules (chunk_metrics); DIR gets
+predictions.txt in conlleval's input format (`WORD GOLD PREDICTED`, `conlleval < predictions.txt`
+gives the same F1) per seed in seed_<n>/ and for the median seed (by F1) in DIR itself.
+"""
+
+import dataclasses
+import functools
+import os
+import time
+
+from absl import logging
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from electra_jax import config as config_lib, train as pretrain
+from electra_jax.errors import UsageError
+from electra_jax.finetune import chunk_data, chunk_metrics, cpu_threefry, init, optim, results
+from electra_jax.finetune import model as model_lib, settings, train
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkTask:
+  name: str = 'chunk'
+  epochs: int = 3   # the original's default num_train_epochs (chunk sets only max_seq_length)
+
+
+TASK = ChunkTask()
+
+
+def is_task(name: str) -> bool:
+  return name.lower() in ('chunk', 'chunking', 'conll2000')
+
+
+def loss_fn(params, batch, rng, *, model):
+  logits = model.apply({'params': params}, batch['input_ids'], batch['segment_ids'],
+                       deterministic=False, rngs={'dropout': rng})
+  labels = batch['labels']
+  losses = optax.softmax_cross_entropy_with_integer_labels(logits, jnp.maximum(labels, 0))
+  return jnp.sum(jnp.where(labels >= 0, losses, 0.0)) / labels.shape[0]
+
+
+def predict_fn(params, batch, *, model):
+  logits = model.apply({'params': params}, batch['input_ids'], batch['segment_ids'])
+  return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+
+
+def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Fine-tunes every seed of `config` on CoNLL-2000; writes DIR/results.json and predictions."""
+  if config.tag_encoding not in chunk_data.ENCODINGS:
+    raise UsageError(f"config.tag_encoding={config.tag_encoding!r}: use 'BIOES' (the "
+                     "original's) or 'BIO'")
+  if not config.data_dir:
+    raise UsageError('chunk reads the CoNLL-2000 files: pass --config.data_dir=DIR holding '
+                     f'{config.train_file} and {config.eval_file}')
+  settings.parse_seeds(config.seeds)
+  cpu_threefry.unroll_on_cpu()  # the same dropout masks, for less CPU time
+  start = init.load_start(config)
+  config = settings.resolve(config, TASK, start.model, jax.device_count())
+  train_set = chunk_data.read(os.path.join(config.data_dir, config.train_file),
+                              config.max_train_sentences)
+  eval_set = chunk_data.read(os.path.join(config.data_dir, config.eval_file))
+  train_tags = chunk_data.encoded(train_set.tags, config.tag_encoding)
+  labels = chunk_data.label_set(train_tags)
+  build = functools.partial(chunk_data.build, labels=labels, vocab=start.vocab,
+                            max_seq_length=config.max_seq_length)
+  train_features = build(train_set, train_tags)
+  eval_features = build(eval_set, chunk_data.encoded(eval_set.tags, config.tag_encoding))
+  total_steps = max(1, int(len(train_set.words) * config.num_epochs / config.batch_size))
+
+  os.makedirs(workdir, exist_ok=True)
+  config_lib.save_config(config, workdir)
+  model = model_lib.Tagger(start.model, len(labels), train.DTYPES[config.dtype], config.attention)
+  compiled = train.compile_for(config, model, start.model.num_layers,
+                               functools.partial(loss_fn, model=model),
+                               functools.partial(predict_fn, model=model), total_steps)
+  train_inputs = jax.device_put(train_features.training_inputs(), compiled.replicated)
+  schedule = optim.learning_rate_schedule(config, total_steps)
+  logging.info('chunk from %s: %d training sentences, %d labels (%s), %d steps of %d, lr %g, '
+               'layer decay %g, seeds %s', start.description, len(train_set.words), len(labels),
+               config.tag_encoding, total_steps, config.batch_size, config.learning_rate,
+               config.layer_decay, config.seeds)
+
+  def run_seed(seed, log):
+    params = train.train_seed(config, seed, start, model, compiled, train_inputs, total_steps,
+                              schedule, log)
+    predicted = train.predict(compiled.predict, params, eval_features.model_inputs(),
+                              config.eval_batch_size, compiled.batch_sharding)
+    tags = chunk_data.predicted_tags(eval_features, predicted, labels, config.tag_encoding)
+    return ({'eval': chunk_metrics.conlleval(eval_set.tags, tags)},
+            {'predictions.txt': chunk_data.conlleval_text(eval_set, tags)})
+
+  started = time.perf_counter()
+  outcomes = train.for_each_seed(config, workdir, total_steps, run_seed)
+  budget = {'train_sentences': len(train_set.words), 'eval_sentences': len(eval_set.words),
+            'steps': total_steps, 'batch_size': config.batch_size, 'epochs': config.num_epochs,
+            'max_seq_length': config.max_seq_length,
+            'seconds': round(time.perf_counter() - started, 1)}
+  summary = results.write_seeds(
+      workdir, config, start.description, budget, ('eval', 'f1'),
+      {seed: scores for seed, (scores, _) in outcomes.items()},
+      {seed: files for seed, (_, files) in outcomes.items()},
+      train_file=train_set.path, eval_file=eval_set.path, labels=list(labels))
+  pretrain.check_compiled_once(compiled.step)
+  return summary

@@ -1,0 +1,122 @@
+"""Extractive QA: the discriminator encoder with a span head, its loss and its eval outputs.
+
+Two heads (config.head):
+
+  * 'electra', the original's (finetune/qa/qa_tasks.py, joint_prediction=True): start logits from
+    one dense layer; end logits *conditioned on the start*: dense(512, GELU) over [h_start; h_end]
+    then dense(1). Training conditions on the gold start; prediction keeps the `beam_size` best
+    starts and, for each, the `beam_size` best ends (log-probabilities). For SQuAD 2.0 it adds the
+    answerability classifier (answerable_classifier=True, answerable_uses_start_logits=True):
+    dense(512, GELU) over [h_CLS; sum_i softmax(start)_i h_i] then dense(1), a logit that the
+    question is unanswerable, trained by sigmoid cross-entropy with weight 0.5.
+  * 'plain', transformers' ElectraForQuestionAnswering: one dense(2) over every position, start
+    and end logits independent.
+
+As in the original, positions that cannot be an answer (the question, its [SEP], padding) get
+1000 subtracted from their logits; [CLS] stays, as the target of "no answer in this window".
+Heads are initialised Glorot-uniform (TensorFlow's dense default, as the original). The span
+loss is the mean of the start and end cross-entropies.
+"""
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from electra_jax.finetune.model import encode
+
+HEADS = ('electra', 'plain')
+ANSWERABLE_WEIGHT = 0.5   # the original's answerable_weight
+MASKED = 1000.0           # the original's 1000.0 * (answer_mask - 1)
+
+_dense = lambda features, name: nn.Dense(features, kernel_init=nn.initializers.glorot_uniform(),
+                                         dtype=jnp.float32, name=name)
+_gelu = lambda x: jax.nn.gelu(x, approximate=False)
+
+
+def answer_bias(input_ids, segment_ids):
+  """0 where an answer may start or end (the context, its closing [SEP], and [CLS]), else -1000."""
+  allowed = (segment_ids == 1) & (input_ids != 0)
+  allowed = allowed.at[:, 0].set(True)
+  return MASKED * (allowed.astype(jnp.float32) - 1.0)
+
+
+class QuestionAnswerer(nn.Module):
+  config: ml_collections.ConfigDict  # a pretraining run's `model` section
+  head: str = 'electra'
+  answerable: bool = False           # SQuAD 2.0's answerability classifier ('electra' head)
+  beam_size: int = 20
+  head_hidden_size: int = 512        # the original's qa_hidden and answerable dense widths
+  dtype: Any = jnp.float32
+  attention: str = 'auto'
+
+  @nn.compact
+  def __call__(self, input_ids, segment_ids, deterministic: bool = True, start_positions=None):
+    """Training (start_positions given): start_logits and end_logits [B, L]. Evaluation: the
+    'plain' head's logits, or the 'electra' head's beams (start_top_log_probs/index [B, K],
+    end_top_log_probs/index [B, K, K]); with `answerable`, answerable_logit [B] either way."""
+    hidden = encode(self, input_ids, segment_ids, deterministic).astype(jnp.float32)
+    bias = answer_bias(input_ids, segment_ids)
+    if self.head == 'plain':
+      logits = _dense(2, 'qa_outputs')(hidden) + bias[..., None]
+      return {'start_logits': logits[..., 0], 'end_logits': logits[..., 1]}
+    start_logits = _dense(1, 'start_logits')(hidden)[..., 0] + bias
+    end_layer = _EndLogits(self.head_hidden_size, name='end')
+    if start_positions is not None:
+      start_hidden = jnp.take_along_axis(hidden, start_positions[:, None, None], axis=1)
+      outputs = {'start_logits': start_logits,
+                 'end_logits': end_layer(start_hidden, hidden)[:, 0] + bias}
+    else:
+      beam = min(self.beam_size, hidden.shape[1])
+      start_top_log_probs, start_top_index = jax.lax.top_k(jax.nn.log_softmax(start_logits),
+                                                           beam)
+      start_hidden = jnp.take_along_axis(hidden, start_top_index[..., None], axis=1)
+      end_logits = end_layer(start_hidden, hidden) + bias[:, None]       # [B, K, L]
+      end_top_log_probs, end_top_index = jax.lax.top_k(jax.nn.log_softmax(end_logits), beam)
+      outputs = {'start_top_log_probs': start_top_log_probs, 'start_top_index': start_top_index,
+                 'end_top_log_probs': end_top_log_probs, 'end_top_index': end_top_index}
+    if self.answerable:
+      expected_start = jnp.einsum('bl,blh->bh', jax.nn.softmax(start_logits), hidden)
+      features = jnp.concatenate([hidden[:, 0], expected_start], axis=-1)
+      features = _gelu(_dense(self.head_hidden_size, 'answerable_hidden')(features))
+      outputs['answerable_logit'] = _dense(1, 'answerable_logit')(features)[..., 0]
+    return outputs
+
+
+class _EndLogits(nn.Module):
+  """dense(GELU) over [h_start; h_end] then dense(1): end logits [B, K, L] for K starts.
+
+  The first layer's kernel is that of a dense layer over the concatenation (2H inputs), applied
+  as its two halves, so the K x L concatenations are never built: the same numbers, K times
+  less memory and work for the end half.
+  """
+  features: int
+
+  @nn.compact
+  def __call__(self, start_hidden, hidden):  # [B, K, H] and [B, L, H]
+    width = hidden.shape[-1]
+    kernel = self.param('kernel', nn.initializers.glorot_uniform(), (2 * width, self.features))
+    bias = self.param('bias', nn.initializers.zeros, (self.features,))
+    pre = (jnp.einsum('bkh,hf->bkf', start_hidden, kernel[:width])[:, :, None] +
+           jnp.einsum('blh,hf->blf', hidden, kernel[width:])[:, None] + bias)
+    return _dense(1, 'logits')(_gelu(pre))[..., 0]
+
+
+def loss_fn(params, batch, rng, *, model: QuestionAnswerer):
+  outputs = model.apply({'params': params}, batch['input_ids'], batch['segment_ids'],
+                        deterministic=False, rngs={'dropout': rng},
+                        start_positions=batch['start_positions'])
+  cross_entropy = optax.softmax_cross_entropy_with_integer_labels
+  losses = (cross_entropy(outputs['start_logits'], batch['start_positions']) +
+            cross_entropy(outputs['end_logits'], batch['end_positions'])) / 2
+  if 'answerable_logit' in outputs:
+    losses += ANSWERABLE_WEIGHT * optax.sigmoid_binary_cross_entropy(
+        outputs['answerable_logit'], batch['is_impossible'])
+  return jnp.mean(losses)
+
+
+def predict_fn(params, batch, *, model: QuestionAnswerer):
+  return model.apply({'params': params}, batch['input_ids'], batch['segment_ids'])

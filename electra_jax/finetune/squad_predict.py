@@ -1,0 +1,110 @@
+"""The model's window outputs -> one answer text per question, as the original's qa_metrics.py.
+
+For each question, every window proposes (start, end) pairs: with the 'electra' head, the beam of
+starts times each start's beam of ends, scored log p(start) + log p(end | start); with the
+'plain' head, the `n_best_size` best starts times the `n_best_size` best ends, scored by the sum
+of their logits. A pair counts if both ends lie in the window's context, the start is in the
+window where its token has max context, end >= start and the span has at most
+`max_answer_length` sub-tokens. The best `n_best_size` distinct texts are kept; the answer is the
+best (the original's "empty" if no pair counts).
+
+An answer's text is the context's own characters: from the start sub-token's first character to
+the end sub-token's last, the words between joined by one space, which is what the original's
+get_final_text returns whenever its character alignment succeeds (and the whole words where it
+did not).
+
+SQuAD 2.0: a question's no-answer score is the smallest over its windows of the answerability
+logit ('electra' head), or, for the 'plain' head, start_logit[CLS] + end_logit[CLS] minus the
+best answer's score. Above the threshold, the prediction is "" (no answer).
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+
+from electra_jax.finetune.squad_data import Context, SquadSet
+from electra_jax.finetune.squad_features import TokenizedContext, Windows
+
+
+class Answers(NamedTuple):
+  best_non_null: dict[str, str]      # question id -> the best answer text
+  null_odds: dict[str, float] | None  # question id -> no-answer score (SQuAD 2.0)
+
+  def predictions(self, threshold: float) -> dict[str, str]:
+    """What predictions.json holds: the answer, or "" where the no-answer score > threshold."""
+    if self.null_odds is None:
+      return dict(self.best_non_null)
+    return {qid: '' if self.null_odds[qid] > threshold else text
+            for qid, text in self.best_non_null.items()}
+
+
+def span_text(context: Context, tokens: TokenizedContext, first: int, last: int) -> str:
+  """The context's text from sub-token `first` to sub-token `last`, words joined by a space."""
+  start, end = int(tokens.start[first]), int(tokens.end[last])
+  pieces = (context.text[max(start, context.word_starts[w]):min(end, context.word_ends[w])]
+            for w in range(int(tokens.word[first]), int(tokens.word[last]) + 1))
+  return ' '.join(piece for piece in pieces if piece)
+
+
+def _best_indexes(logits: np.ndarray, count: int) -> np.ndarray:
+  return np.argsort(-logits, kind='stable')[:count]
+
+
+def _pairs(outputs, window: int, head: str, n_best_size: int):
+  """(start, end, score) arrays of a window's candidate pairs."""
+  if head == 'electra':
+    starts = np.broadcast_to(outputs['start_top_index'][window][:, None],
+                             outputs['end_top_index'][window].shape)
+    return (starts, outputs['end_top_index'][window],
+            outputs['start_top_log_probs'][window][:, None] + outputs['end_top_log_probs'][window])
+  start_logits, end_logits = outputs['start_logits'][window], outputs['end_logits'][window]
+  starts = _best_indexes(start_logits, n_best_size)[:, None]
+  ends = _best_indexes(end_logits, n_best_size)[None, :]
+  starts, ends = np.broadcast_arrays(starts, ends)
+  return starts, ends, start_logits[starts] + end_logits[ends]
+
+
+def _null_score(outputs, window: int, head: str) -> float:
+  if head == 'electra':
+    return float(outputs['answerable_logit'][window])
+  return float(outputs['start_logits'][window][0] + outputs['end_logits'][window][0])
+
+
+def answers(squad: SquadSet, windows: Windows, contexts: list[TokenizedContext], outputs,
+            head: str, v2: bool, n_best_size: int, max_answer_length: int) -> Answers:
+  """Every question's best answer (and, for v2, its no-answer score) from the windows' outputs
+  (a dict of [N, ...] arrays, as the model's predict step returns them)."""
+  best, null_odds = {}, {} if v2 else None
+  bounds = np.flatnonzero(np.diff(windows.question, prepend=-1, append=len(squad.questions)))
+  for first, stop in zip(bounds[:-1], bounds[1:]):
+    question = squad.questions[windows.question[first]]
+    candidates, null = [], np.inf
+    for w in range(first, stop):
+      offset, length = windows.doc_offset[w], windows.doc_length[w]
+      starts, ends, scores = (np.ravel(x) for x in _pairs(outputs, w, head, n_best_size))
+      valid = ((starts >= offset) & (starts < offset + length) & (ends >= offset) &
+               (ends < offset + length) & (ends >= starts) &
+               (ends - starts + 1 <= max_answer_length))
+      valid &= windows.max_context[w][np.clip(starts, 0, windows.max_context.shape[1] - 1)]
+      candidates += [(float(scores[k]), w, int(starts[k]), int(ends[k]))
+                     for k in np.flatnonzero(valid)]
+      if v2:
+        null = min(null, _null_score(outputs, w, head))
+    # sorted() is stable: equal scores keep window, then beam order, as the original's.
+    candidates.sort(key=lambda c: c[0], reverse=True)
+    context, tokens = squad.contexts[question.context], contexts[question.context]
+    seen, top = set(), None
+    for score, w, start, end in candidates:
+      if len(seen) >= n_best_size:
+        break
+      shift = windows.doc_start[w] - windows.doc_offset[w]
+      text = span_text(context, tokens, start + shift, end + shift)
+      if not text or text in seen:
+        continue
+      seen.add(text)
+      top = top or (text, score)
+    text, score = top or ('empty', 0.0)  # the original's answer when no pair is valid
+    best[question.qid] = text
+    if v2:
+      null_odds[question.qid] = null if head == 'electra' else null - score
+  return Answers(best, null_odds)

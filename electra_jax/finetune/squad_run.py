@@ -1,0 +1,152 @@
+"""Fine-tuning on SQuAD 1.1 or 2.0, for several seeds: files -> windows -> GLUE's loop -> answers.
+
+The loop is GLUE's (train.py): one compiled step reused by every seed, the training windows
+placed on the devices once. Per seed, the dev windows' outputs become answers (squad_predict)
+scored as the official scripts score them (squad_metrics). DIR gets, per seed in seed_<n>/ and
+for the median seed (by F1) in DIR itself: predictions.json (question id -> answer, "" for no
+answer) and, for 2.0, null_odds.json (question id -> no-answer score) and
+best_non_null.json (the answer before the threshold, which the 2.0 script's best-threshold
+search reads, as the original's does).
+"""
+
+import dataclasses
+import functools
+import os
+import time
+
+from absl import logging
+import jax
+import ml_collections
+
+from electra_jax import config as config_lib, train as pretrain
+from electra_jax.errors import UsageError
+from electra_jax.finetune import cpu_threefry, init, optim, qa_model, results, settings
+from electra_jax.finetune import squad_data, squad_features, squad_metrics, squad_predict
+from electra_jax.finetune import train
+
+DTYPES = train.DTYPES
+
+
+@dataclasses.dataclass(frozen=True)
+class QATask:
+  name: str
+  v2: bool
+  train_file: str   # the official file names
+  dev_file: str
+  epochs: int = 2   # the original's num_train_epochs for "squad" tasks
+
+
+TASKS = {'squad_v1': QATask('squad_v1', False, 'train-v1.1.json', 'dev-v1.1.json'),
+         'squad_v2': QATask('squad_v2', True, 'train-v2.0.json', 'dev-v2.0.json')}
+_ALIASES = {'squadv1': 'squad_v1', 'squadv11': 'squad_v1', 'squad11': 'squad_v1',
+            'squad1': 'squad_v1', 'squadv2': 'squad_v2', 'squadv20': 'squad_v2',
+            'squad20': 'squad_v2', 'squad2': 'squad_v2'}
+
+
+def get_task(name: str) -> QATask | None:
+  """The SQuAD task `name` spells (squad_v1, SQuAD-1.1, squad2, ...), or None if not SQuAD."""
+  key = ''.join(c for c in name.lower() if c.isalnum())
+  return TASKS[_ALIASES[key]] if key in _ALIASES else None
+
+
+def check(config: ml_collections.ConfigDict) -> None:
+  if config.head not in qa_model.HEADS:
+    raise UsageError(f"config.head={config.head!r}: use 'electra' (the original's) or 'plain' "
+                     '(ElectraForQuestionAnswering)')
+  for name in ('max_query_length', 'doc_stride', 'beam_size', 'n_best_size', 'max_answer_length'):
+    if config[name] <= 0:
+      raise UsageError(f'config.{name}={config[name]} must be positive')
+  if config.max_seq_length < config.max_query_length + 4:
+    raise UsageError(f'config.max_seq_length={config.max_seq_length} leaves no room for the '
+                     f'context after a question of max_query_length={config.max_query_length} '
+                     'sub-tokens, [CLS] and two [SEP]; raise it or lower max_query_length')
+
+
+def read_sets(config, task: QATask) -> tuple[squad_data.SquadSet, squad_data.SquadSet]:
+  if not config.data_dir:
+    raise UsageError(f'{task.name} reads the official SQuAD JSON files: pass '
+                     '--config.data_dir=DIR (and --config.train_file / --config.dev_file if '
+                     f'they are not {task.train_file} and {task.dev_file})')
+  path = lambda name, default: os.path.join(config.data_dir, name or default)
+  train_set = squad_data.read(path(config.train_file, task.train_file), not task.v2,
+                              config.train_articles)
+  dev_set = squad_data.read(path(config.dev_file, task.dev_file), not task.v2,
+                            config.dev_articles)
+  return train_set, dev_set
+
+
+def score(task: QATask, gold: dict, found: squad_predict.Answers, threshold: float) -> dict:
+  if not task.v2:
+    return squad_metrics.evaluate_v1(gold, found.best_non_null)
+  return {**squad_metrics.evaluate_v2(gold, found.best_non_null, found.null_odds, threshold),
+          'threshold': threshold}
+
+
+def output_files(task: QATask, found: squad_predict.Answers, threshold: float) -> dict:
+  files = {'predictions.json': found.predictions(threshold)}
+  if task.v2:
+    files.update({'null_odds.json': found.null_odds, 'best_non_null.json': found.best_non_null})
+  return files
+
+
+def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Fine-tunes every seed of `config` on its SQuAD task; writes DIR/results.json and answers."""
+  task = get_task(config.task)
+  check(config)
+  settings.parse_seeds(config.seeds)
+  cpu_threefry.unroll_on_cpu()  # the same dropout masks, for less CPU time
+  start = init.load_start(config)
+  config = settings.resolve(config, task, start.model, jax.device_count())
+  train_set, dev_set = read_sets(config, task)
+  build = functools.partial(squad_features.build, vocab=start.vocab,
+                            max_seq_length=config.max_seq_length,
+                            max_query_length=config.max_query_length,
+                            doc_stride=config.doc_stride)
+  train_windows, _, dropped = build(train_set, training=True)
+  dev_windows, dev_contexts, _ = build(dev_set, training=False)
+  total_steps = max(1, int(len(train_windows.input_ids) * config.num_epochs / config.batch_size))
+
+  os.makedirs(workdir, exist_ok=True)
+  config_lib.save_config(config, workdir)
+  model = qa_model.QuestionAnswerer(start.model, config.head, task.v2 and config.head == 'electra',
+                                    config.beam_size, dtype=DTYPES[config.dtype],
+                                    attention=config.attention)
+  compiled = train.compile_for(config, model, start.model.num_layers,
+                               functools.partial(qa_model.loss_fn, model=model),
+                               functools.partial(qa_model.predict_fn, model=model), total_steps)
+  train_inputs = jax.device_put(train_windows.training_inputs(), compiled.replicated)
+  schedule = optim.learning_rate_schedule(config, total_steps)
+  logging.info('%s from %s: %d training questions in %d windows (%d left out: no sub-token in '
+               'their answer), %d dev questions in %d windows; %d steps of %d, lr %g, layer '
+               'decay %g, seeds %s', task.name, start.description, len(train_set.questions),
+               len(train_windows.input_ids), dropped, len(dev_set.questions),
+               len(dev_windows.input_ids), total_steps, config.batch_size, config.learning_rate,
+               config.layer_decay, config.seeds)
+
+  gold = {q.qid: [a.text for a in q.answers] for q in dev_set.questions}
+
+  def run_seed(seed, log):
+    params = train.train_seed(config, seed, start, model, compiled, train_inputs, total_steps,
+                              schedule, log)
+    outputs = train.predict(compiled.predict, params, dev_windows.model_inputs(),
+                            config.eval_batch_size, compiled.batch_sharding)
+    found = squad_predict.answers(dev_set, dev_windows, dev_contexts, outputs, config.head,
+                                  task.v2, config.n_best_size, config.max_answer_length)
+    return ({'dev': score(task, gold, found, config.na_threshold)},
+            output_files(task, found, config.na_threshold))
+
+  started = time.perf_counter()
+  outcomes = train.for_each_seed(config, workdir, total_steps, run_seed)
+  budget = {'train_questions': len(train_set.questions), 'train_questions_left_out': dropped,
+            'train_windows': len(train_windows.input_ids), 'dev_questions': len(dev_set.questions),
+            'dev_windows': len(dev_windows.input_ids), 'steps': total_steps,
+            'batch_size': config.batch_size, 'epochs': config.num_epochs,
+            'max_seq_length': config.max_seq_length,
+            'seconds': round(time.perf_counter() - started, 1)}
+  summary = results.write_seeds(
+      workdir, config, start.description, budget, ('dev', 'f1'),
+      {seed: scores for seed, (scores, _) in outcomes.items()},
+      {seed: files for seed, (_, files) in outcomes.items()},
+      train_file=train_set.path, dev_file=dev_set.path, head=config.head)
+  pretrain.check_compiled_once(compiled.step)
+  return summary
