@@ -32,6 +32,16 @@ def save(manager: ocp.CheckpointManager, step: int, state):
   manager.save(step, args=ocp.args.StandardSave(state))
 
 
+def last_good(manager: ocp.CheckpointManager) -> str:
+  """What a stopped run leaves to resume from, for its error line: the newest checkpoint."""
+  manager.wait_until_finished()  # a save in flight is complete (or gone) before it is named
+  step = manager.latest_step()
+  if step is None:
+    return 'No checkpoint was written, so running the same command starts over'
+  return (f'The last good checkpoint is {manager.directory}/{step}, where running the same '
+          'command resumes')
+
+
 def restore_latest(manager: ocp.CheckpointManager, state):
   """The latest checkpoint restored onto `state`'s shapes and shardings, or None if there is none.
 

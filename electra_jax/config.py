@@ -12,7 +12,7 @@ import os
 
 import ml_collections
 
-from electra_jax import objective, storage
+from electra_jax import nonfinite, objective, storage
 from electra_jax.errors import UsageError
 from electra_jax.model import ATTENTION_IMPLEMENTATIONS
 
@@ -57,6 +57,15 @@ def default_config() -> ml_collections.ConfigDict:
   c.eval_steps = 10            # batches of data.eval_files per evaluation
   c.save_every = 5000
   c.keep_checkpoints = 3       # the most recent N checkpoints are kept
+
+  # A step whose loss, gradients or updated parameters hold a NaN or Inf is never applied
+  # (electra_jax/nonfinite.py). Then 'stop': at the next log or save the run ends with one error
+  # naming that step and the last good checkpoint, and saves nothing after it (hours of
+  # training on garbage cost more than a look at the cause). 'skip': training goes on with the
+  # next batch, `skipped_steps` is logged, and the run stops once max_consecutive_skips steps
+  # in a row were skipped (then the cause is no single bad batch but a broken run).
+  c.on_nonfinite = 'stop'
+  c.max_consecutive_skips = 10
 
   c.model = ml_collections.ConfigDict()
   c.model.vocab_size = 30522   # must equal the vocabulary's size (trained or given)
@@ -177,6 +186,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int):
   for name in ('log_every', 'save_every'):
     if config[name] <= 0:
       raise UsageError(f'config.{name} must be a positive number of steps')
+  nonfinite.validate(config)
 
 
 def saved_objective(saved: dict) -> str:

@@ -59,3 +59,14 @@ def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransform
       optax.add_decayed_weights(config.weight_decay, mask=decay_mask),
       optax.scale_by_learning_rate(schedule),
   )
+
+
+def applied_updates(opt_state) -> int:
+  """The updates the optimizer has applied: the step its learning-rate schedule is at.
+
+  It falls behind the step number by the steps skipped as not finite (nonfinite.py), which
+  leave the optimizer state, its schedule's count included, as it was.
+  """
+  is_schedule = lambda x: isinstance(x, optax.ScaleByScheduleState)
+  counts = [s.count for s in jax.tree.leaves(opt_state, is_leaf=is_schedule) if is_schedule(s)]
+  return int(jax.device_get(counts[0]))

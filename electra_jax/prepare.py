@@ -35,6 +35,8 @@ def _summary(split: str, manifest: dict) -> str:
   return json.dumps({'split': split, **{k: counts[k] for k in (
       'documents', 'tokens', 'examples', 'tokens_in_examples')},
                      'kept_fraction': kept_fraction, 'padding_fraction': counts['padding_fraction'],
+                     # Read past, not refused (see the warnings above it).
+                     **{k: counts.get(k, 0) for k in ('files_without_text', 'unclosed_docs')},
                      'shards': len(manifest['shards']), 'seconds': counts['seconds'],
                      'tokens_per_s': round(counts['tokens'] / max(counts['seconds'], 1e-9))})
 

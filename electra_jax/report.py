@@ -35,7 +35,8 @@ def human_line(step: int, total_steps: int, metrics: dict, eta_seconds: float) -
   m = metrics
   groups = [' '.join(f'{label} {m[name]:{spec}}' for label, name, spec in group if name in m)
             for group in _LINE_GROUPS]
-  return ' | '.join([f'step {step}/{total_steps}', *filter(None, groups),
+  skipped = [f"skipped {m['skipped_steps']}"] if m.get('skipped_steps') else []
+  return ' | '.join([f'step {step}/{total_steps}', *filter(None, groups), *skipped,
                      f"lr {m['learning_rate']:.2e}", f"{m['tokens_per_s']:,.0f} tok/s",
                      f'eta {format_duration(eta_seconds)}'])
 

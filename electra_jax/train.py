@@ -19,12 +19,11 @@ import flax
 import jax
 import jax.numpy as jnp
 import ml_collections
-import optax
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from electra_jax import checkpoint, config as config_lib, input_pipeline, objective, optim, report
-from electra_jax import storage
+from electra_jax import checkpoint, config as config_lib, input_pipeline, nonfinite, objective
+from electra_jax import optim, report, storage
 from electra_jax.data import pipeline
 from electra_jax.model import count_params, init_params
 
@@ -79,6 +78,9 @@ def abstract_train_state(config, model, optimizer, replicated) -> TrainState:
 def train_step(state: TrainState, batch, rng, *, model, optimizer, config, special):
   """One update of every parameter by the objective's loss; returns the new state and step stats.
 
+  An update that is not finite is not applied (nonfinite.py): the state keeps its parameters and
+  optimizer state, only its step advances, and stats['nonfinite'] is 1.
+
   With config.grad_accum_steps = k > 1 the batch is processed as k micro-batches whose gradients
   are summed; masks and samples are drawn as for the whole batch (see objective.partial_loss), so
   the update equals the whole batch's, except that each micro-batch draws its own dropout masks.
@@ -111,9 +113,10 @@ def train_step(state: TrainState, batch, rng, *, model, optimizer, config, speci
     shapes = jax.eval_shape(micro_step, 0, *jax.tree.map(lambda x: x[0], micro_batches))
     zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
     (grads, stats), _ = jax.lax.scan(accumulate, zeros, (jnp.arange(steps), *micro_batches))
-  updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-  params = optax.apply_updates(state.params, updates)
-  return state.replace(step=state.step + 1, params=params, opt_state=opt_state), stats
+  params, opt_state, finite = nonfinite.guarded_update(optimizer, grads, stats['loss'],
+                                                       state.params, state.opt_state)
+  return (state.replace(step=state.step + 1, params=params, opt_state=opt_state),
+          nonfinite.without_stats_of_skipped(stats, finite))
 
 
 def eval_step(params, batch, rng, *, model, config, special):
@@ -252,20 +255,36 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
     if evaluating and first_step == 0:
       evaluate_and_log(0)  # the untrained baseline every curve starts from
 
+    def check_finite(watch):
+      """Stops the run as config.on_nonfinite says, if it must; returns the watch to go on with."""
+      seen, watch = nonfinite.read(watch)
+      nonfinite.check(seen, config, '', lambda: checkpoint.last_good(manager))
+      return watch
+
     preemption_requested = preemption_check(manager)
     # Batches are gathered and put on the devices ahead, in a background thread.
     batches = input_pipeline.train_batches(train_examples, config, first_step, batch_sharding)
     total, window_steps, window_start = None, 0, time.perf_counter()
+    watch = nonfinite.start()
     for step in range(first_step, config.num_train_steps):
       state, stats = train(state, next(batches), jax.random.fold_in(state.rng, step))
+      watch = nonfinite.watch(watch, stats['nonfinite'], state.step)
       total, window_steps = add_stats(total, stats), window_steps + 1
       done = step + 1
 
       if done % config.log_every == 0 or done == config.num_train_steps:
         check_compiled_once(train)
-        metrics = objective.summarize(jax.device_get(total), window_steps)
+        watch = check_finite(watch)
+        totals = jax.device_get(total)
+        skipped = int(totals['nonfinite'])
+        # Averages over the applied steps: a skipped step's statistics were zeroed.
+        metrics = (objective.summarize(totals, window_steps - skipped)
+                   if window_steps > skipped else {})
+        metrics['skipped_steps'] = skipped
         elapsed = time.perf_counter() - window_start
-        metrics['learning_rate'] = float(schedule(step))
+        # The rate of the last applied update (a skipped step leaves the schedule where it was).
+        metrics['learning_rate'] = float(schedule(max(optim.applied_updates(state.opt_state) - 1,
+                                                      0)))
         metrics['tokens_per_s'] = window_steps * tokens_per_step / elapsed
         eta = (config.num_train_steps - done) * elapsed / window_steps
         writer.write(done, metrics, report.human_line(done, config.num_train_steps, metrics, eta))
@@ -276,6 +295,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
 
       preempted = preemption_requested(done)
       if done % config.save_every == 0 or done == config.num_train_steps or preempted:
+        watch = check_finite(watch)  # so nothing after a non-finite step is saved ('stop')
         checkpoint.save(manager, done, state)
       if preempted:
         logging.warning('preempted: saved the checkpoint of step %d; run the same command again '

@@ -51,6 +51,11 @@ def get_config():
   # cuDNN flash attention on a GPU in bfloat16, else einsum; 'xla', 'cudnn', 'einsum' force one.
   c.attention = 'auto'
   c.log_every = 100
+  # A step whose loss, gradients or new parameters are not finite is never applied; then, as in
+  # pretraining (electra_jax/config.py), 'stop' ends the run at the next log with one error
+  # naming the step, and 'skip' goes on, stopping after max_consecutive_skips in a row.
+  c.on_nonfinite = 'stop'
+  c.max_consecutive_skips = 10
 
   # Random initialisation only (init_from=''): the model and its vocabulary. With init_from
   # set, both come from there and these are ignored.

@@ -14,12 +14,28 @@ In the last three, paragraphs are cut into sentences (sentences.py) and control 
 become spaces. 'auto' tells them apart by a file's first bytes and logs what it found per file.
 Big files are cut into byte ranges at document starts, so several workers can read one file;
 a book is one range.
+
+A file that breaks its format (text.py handles bytes that are not text at all):
+  a book without its START or END line   refused, naming the file: its header or its license
+                                         could not be told from its text and would be trained
+                                         on as the book. Restore the line, or read the file as
+                                         'lines'.
+  text outside <doc ...> ... </doc>      refused, naming the file and the byte offset: it is
+                                         not WikiExtractor output.
+  a <doc> without its </doc>             kept: read as if closed where the next <doc> or the
+                                         end of the file comes, and counted ('unclosed_docs'
+                                         in the preparation summary). A shard cut short by an
+                                         interrupted copy or extraction has lost one end tag,
+                                         not its text; refusing it would drop thousands of
+                                         good articles over one line.
 """
 
+import collections
 from collections.abc import Callable, Iterable, Iterator
 import functools
 import os
 import re
+import zlib
 
 from absl import logging
 
@@ -114,12 +130,20 @@ def gutenberg_documents(path: str) -> list[list[str]]:
   return [document] if document else []
 
 
-def wikiextractor_documents(path: str, start: int = 0,
-                            stop: int | None = None) -> Iterator[list[str]]:
-  """Each <doc> as a document of sentences, without its title line."""
+def wikiextractor_documents(path: str, start: int = 0, stop: int | None = None,
+                            notes: collections.Counter | None = None) -> Iterator[list[str]]:
+  """Each <doc> as a document of sentences, without its title line.
+
+  A <doc> that the next <doc> or the end of the file finds unclosed keeps its text, and counts
+  in notes['unclosed_docs'] (see the module doc).
+  """
   document, title_pending = None, False
   for offset, line in text.read_lines_at(path, start, stop):
     if line.startswith('<doc ') and line.endswith('>'):
+      if document is not None:  # The previous <doc> has no </doc>.
+        _note(notes, 'unclosed_docs')
+        if document:
+          yield document
       document, title_pending = [], True
     elif line == '</doc>':
       if document:
@@ -135,8 +159,15 @@ def wikiextractor_documents(path: str, start: int = 0,
       title_pending = False
     else:
       document.extend(_paragraph_sentences([line]))
-  if document:  # A shard cut off after its last <doc>: keep what it holds.
-    yield document
+  if document is not None:  # A shard cut off inside its last <doc>: keep what it holds.
+    _note(notes, 'unclosed_docs')
+    if document:
+      yield document
+
+
+def _note(notes: collections.Counter | None, flaw: str) -> None:
+  if notes is not None:
+    notes[flaw] += 1
 
 
 def wikitext_documents(path: str, start: int = 0, stop: int | None = None) -> Iterator[list[str]]:
@@ -153,15 +184,18 @@ def wikitext_documents(path: str, start: int = 0, stop: int | None = None) -> It
     yield document
 
 
-def read_documents(path: str, text_format: str, start: int = 0,
-                   stop: int | None = None) -> Iterator[list[str]]:
-  """The documents of a file's byte range [start, stop) in `text_format`, as lists of lines."""
+def read_documents(path: str, text_format: str, start: int = 0, stop: int | None = None,
+                   notes: collections.Counter | None = None) -> Iterator[list[str]]:
+  """The documents of a file's byte range [start, stop) in `text_format`, as lists of lines.
+
+  `notes` counts the flaws read past (the module doc says which).
+  """
   if text_format == 'lines':
     return text.documents_of_lines(text.read_lines(path, start, stop))
   if text_format == 'gutenberg':
     return iter(gutenberg_documents(path))
   if text_format == 'wikiextractor':
-    return wikiextractor_documents(path, start, stop)
+    return wikiextractor_documents(path, start, stop, notes)
   return wikitext_documents(path, start, stop)
 
 
@@ -183,9 +217,13 @@ def byte_ranges(path: str, text_format: str, unit_bytes: int) -> list[tuple[int,
 
 def _head_lines(path: str) -> list[str]:
   with text.open_binary(path) as f:
-    head = f.read(_HEAD_BYTES)
-  return [line.strip() for line in
-          head.removeprefix(b'\xef\xbb\xbf').decode('utf-8', 'replace').split('\n')]
+    try:
+      head = f.read(_HEAD_BYTES)
+    except (OSError, EOFError, zlib.error) as e:  # A .gz file damaged near its start.
+      raise UsageError(f"cannot read '{path}' at its start ({e}); the file is damaged or "
+                       'truncated: restore it or leave it out') from None
+  return [line.decode('utf-8', 'replace').strip() for line in
+          head.removeprefix(b'\xef\xbb\xbf').splitlines()]  # Endings as text.py reads them.
 
 
 def _detect(path: str) -> tuple[str, str]:

@@ -5,9 +5,13 @@ np.random.default_rng([seed, source, unit]), so the examples and their ids are a
 of (corpus, vocabulary, max_seq_length, seed), whatever the number of workers. Workers are
 spawned processes (not forked: the parent may hold JAX's threads), each loading the vocabulary
 once. The split is written to a temporary directory and moved into place only when complete,
-so an interrupted preparation leaves no directory that claims to be prepared.
+so an interrupted preparation leaves no directory that claims to be prepared, and one stopped
+by text that cannot be read (text.py, formats.py) leaves the split it would replace as it was.
+Flaws read past instead (a file without text, a <doc> without </doc>) are counted in the
+summary and named in a warning.
 """
 
+import collections
 from collections.abc import Iterable, Iterator, Sequence
 import dataclasses
 import functools
@@ -78,9 +82,10 @@ def pack_unit(task: _Task) -> dict:
   """Tokenizes and packs one unit into its shard; returns the shard's entry and counts."""
   vocab = _vocab(task.vocab_path, task.vocab_sha256)
   counts = {'documents': 0, 'tokens': 0}
+  notes = collections.Counter()
   dtype = store.record_dtype(task.max_seq_length, task.ids_dtype)
   rng = np.random.default_rng([task.seed, task.source_index, task.unit_index])
-  documents = _tokenized(sources_lib.read_unit(task.unit), vocab, counts)
+  documents = _tokenized(sources_lib.read_unit(task.unit, notes), vocab, counts)
   # Rows go into preallocated blocks: an array per example would cost far more memory.
   blocks, filled = [], _ROWS_PER_BLOCK
   for pair in packing.PACKINGS[task.unit.packing](documents, task.max_seq_length, rng):
@@ -100,6 +105,7 @@ def pack_unit(task: _Task) -> dict:
   entry['source'] = task.source_index
   counts['padding'] = int(np.sum(ids == vocab.pad_id))
   counts['specials'] = int(np.sum((ids == vocab.cls_id) | (ids == vocab.sep_id)))
+  counts['unclosed_docs'] = notes['unclosed_docs']
   return {'entry': entry, 'counts': counts}
 
 
@@ -116,7 +122,17 @@ def _run(tasks: Sequence[_Task], workers: int) -> Iterator[tuple[int, dict]]:
     yield from pool.imap_unordered(_indexed_pack, enumerate(tasks))
 
 
-def _summary(results: Sequence[dict], max_seq_length: int) -> dict:
+def _files_without_text(tasks: Sequence[_Task], results: Sequence[dict]) -> list[str]:
+  """The text and .jsonl files none of whose units held a document, in corpus order."""
+  documents = {}
+  for task, result in zip(tasks, results):
+    if task.unit.kind in ('text', 'jsonl'):
+      documents[task.unit.path] = (documents.get(task.unit.path, 0) +
+                                   result['counts']['documents'])
+  return [path for path, count in documents.items() if not count]
+
+
+def _summary(results: Sequence[dict], max_seq_length: int, files_without_text: int) -> dict:
   total = lambda name: sum(r['counts'][name] for r in results)
   examples = sum(r['entry']['examples'] for r in results)
   slots = examples * max_seq_length
@@ -125,10 +141,30 @@ def _summary(results: Sequence[dict], max_seq_length: int) -> dict:
           # Packing 'original' drops what does not fit an example; these show how much.
           'tokens_in_examples': kept,
           'kept_fraction': round(kept / total('tokens'), 6) if total('tokens') else 0.0,
-          'padding_fraction': round(total('padding') / slots, 6) if slots else 0.0}
+          'padding_fraction': round(total('padding') / slots, 6) if slots else 0.0,
+          # Read past, not refused (formats.py, text.py): each is also named in a warning.
+          'files_without_text': files_without_text, 'unclosed_docs': total('unclosed_docs')}
 
 
-def _commit(tmp_dir: str, out_dir: str) -> None:
+def _warn_of_flaws(name: str, tasks: Sequence[_Task], results: Sequence[dict],
+                   files_without_text: Sequence[str]) -> None:
+  """One warning per kind of flaw read past, naming (up to 5 of) the files."""
+  unclosed = collections.Counter()
+  for task, result in zip(tasks, results):
+    unclosed[task.unit.path] += result['counts']['unclosed_docs']
+  unclosed = {path: count for path, count in unclosed.items() if count}
+  listed = lambda paths: ', '.join(f"'{p}'" for p in list(paths)[:5]) + (
+      f' and {len(paths) - 5} more' if len(paths) > 5 else '')
+  if files_without_text:
+    logging.warning('%s: %d file(s) hold no text and add nothing: %s', name,
+                    len(files_without_text), listed(files_without_text))
+  if unclosed:
+    logging.warning('%s: %d <doc> without </doc>, kept as if closed where the next <doc> or the '
+                    'end of the file comes, in %s', name, sum(unclosed.values()),
+                    listed(unclosed))
+
+
+def move_into_place(tmp_dir: str, out_dir: str) -> None:
   """Moves a complete split into place, replacing an older one only once the new one exists."""
   old = f'{out_dir}.old{os.getpid()}'
   if os.path.exists(out_dir):
@@ -166,7 +202,8 @@ def prepare_split(sources: Sequence[sources_lib.Source],
         bar.update()
         tokens = sum(r['counts']['tokens'] for r in results if r)
         bar.set_postfix(tokens=f'{tokens:,}', refresh=False)
-    counts = _summary(results, max_seq_length)
+    empty_files = _files_without_text(tasks, results)
+    counts = _summary(results, max_seq_length, len(empty_files))
     if counts['examples'] == 0:
       raise UsageError(f'corpus {sources_lib.describe(sources)} holds no text (only blank lines '
                        f'or empty records); check the {sources[0].setting} setting')
@@ -182,9 +219,10 @@ def prepare_split(sources: Sequence[sources_lib.Source],
                     for s, n in zip(sources, source_examples)],
         'shards': [r['entry'] for r in results]}
     store.write_manifest(tmp_dir, manifest)
-    _commit(tmp_dir, out_dir)
+    move_into_place(tmp_dir, out_dir)
   finally:
     shutil.rmtree(tmp_dir, ignore_errors=True)
+  _warn_of_flaws(name, tasks, results, empty_files)
   logging.info('%s: %d documents, %d tokens -> %d examples of %d tokens (%d tokens kept: %.1f%%; '
                '%.1f%% padding) in %d shards, %.1fs (%.0f tokens/s) from %s', name,
                counts['documents'], counts['tokens'], counts['examples'], max_seq_length,

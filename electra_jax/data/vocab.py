@@ -106,7 +106,7 @@ def sample_lines(files: Sequence[str], max_lines: int, seed: int) -> list[str]:
 
 
 def _raise_for_vocab_size(error: RuntimeError, vocab_size: int, corpus: str) -> None:
-  """Turns sentencepiece's complaints about vocab_size into a UsageError with the fix."""
+  """Turns sentencepiece's complaints about vocab_size or the lines into a UsageError."""
   message = str(error)
   too_high = re.search(r'Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)',
                        message)
@@ -121,6 +121,10 @@ def _raise_for_vocab_size(error: RuntimeError, vocab_size: int, corpus: str) -> 
     raise UsageError(
         f'corpus {corpus} has more distinct characters than a vocabulary of {vocab_size} pieces '
         f'can hold; set --config.model.vocab_size={needed} or larger') from None
+  if '!sentences_.empty()' in message:  # It skips lines longer than 4192 bytes.
+    raise UsageError(f'every line sampled from corpus {corpus} is longer than the 4192 bytes '
+                     'sentencepiece trains on, so no vocabulary can be trained; put one '
+                     'sentence or paragraph per line') from None
 
 
 def _write_atomically(path: str, data: bytes) -> None:

@@ -6,6 +6,7 @@ resolved config, with every number used, is what DIR/config.json records.
 
 import ml_collections
 
+from electra_jax import nonfinite
 from electra_jax.config import load_config_file
 from electra_jax.errors import UsageError
 from electra_jax.finetune.tasks import Task
@@ -69,6 +70,7 @@ def resolve(config: ml_collections.ConfigDict, task: Task, model: ml_collections
     if c[name] <= 0 or c[name] % num_devices:
       raise UsageError(f'config.{name}={c[name]} must be a positive multiple of the '
                        f'{num_devices} devices')
+  nonfinite.validate(c)
   if c.num_epochs <= 0 or c.learning_rate <= 0 or not 0 < c.layer_decay <= 1:
     raise UsageError('config.num_epochs and learning_rate must be positive and layer_decay in '
                      '(0, 1] (1 turns the decay off)')

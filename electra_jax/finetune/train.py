@@ -28,7 +28,8 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from electra_jax import config as config_lib, train as pretrain
+from electra_jax import config as config_lib, nonfinite, optim as pretrain_optim
+from electra_jax import train as pretrain
 from electra_jax.finetune import cpu_threefry, features, glue_data, init, metrics, optim, results
 from electra_jax.finetune import model as model_lib, settings, tasks
 
@@ -51,13 +52,16 @@ def gather_batch(inputs, order, step):
 
 def train_step(state, inputs, order, *, loss_of, optimizer):
   """One update on the batch order[state.step] of the training `inputs`, dropout key
-  fold_in(state.rng, state.step); loss_of(params, batch, rng) is the task family's loss."""
+  fold_in(state.rng, state.step); loss_of(params, batch, rng) is the task family's loss.
+  Returns (state, loss, nonfinite): as in pretraining, an update that is not finite is not
+  applied (nonfinite.py); then only the step advances, the loss reads 0 and `nonfinite` 1."""
   batch = gather_batch(inputs, order, state.step)
   rng = jax.random.fold_in(state.rng, state.step)
   loss, grads = jax.value_and_grad(loss_of)(state.params, batch, rng)
-  updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-  params = optax.apply_updates(state.params, updates)
-  return state.replace(step=state.step + 1, params=params, opt_state=opt_state), loss
+  params, opt_state, finite = nonfinite.guarded_update(optimizer, grads, loss, state.params,
+                                                       state.opt_state)
+  return (state.replace(step=state.step + 1, params=params, opt_state=opt_state),
+          jnp.where(finite, loss, 0.0), jnp.logical_not(finite).astype(jnp.int32))
 
 
 def predict_step(params, batch, *, model):
@@ -86,7 +90,7 @@ def compile_task_steps(loss_of, predict_of, optimizer, mesh) -> Compiled:
   order_sharding = NamedSharding(mesh, P(None, 'data'))
   step = jax.jit(functools.partial(train_step, loss_of=loss_of, optimizer=optimizer),
                  in_shardings=(replicated, replicated, order_sharding),
-                 out_shardings=(replicated, replicated), donate_argnums=0)
+                 out_shardings=(replicated, replicated, replicated), donate_argnums=0)
   predict = jax.jit(predict_of, in_shardings=(replicated, batch_sharding),
                     out_shardings=batch_sharding)
   return Compiled(step, predict, optimizer, replicated, batch_sharding, order_sharding)
@@ -145,17 +149,28 @@ def train_seed(config, seed, start, model, compiled, train_inputs, total_steps, 
       rng=jax.random.fold_in(jax.random.PRNGKey(seed), 1)), compiled.replicated)
   order = jax.device_put(batch_order(len(train_inputs['input_ids']), config.batch_size,
                                      total_steps, seed), compiled.order_sharding)
-  window, started = [], time.perf_counter()
+  window, skipped, started = [], [], time.perf_counter()
+  watch = nonfinite.start()
   for step in range(total_steps):
-    state, loss = compiled.step(state, train_inputs, order)
+    state, loss, bad = compiled.step(state, train_inputs, order)
+    watch = nonfinite.watch(watch, bad, state.step)
     window.append(loss)
+    skipped.append(bad)
     done = step + 1
     if done % config.log_every == 0 or done == total_steps:
-      mean_loss = float(np.mean(jax.device_get(window)))
-      log({'seed': seed, 'step': done, 'loss': mean_loss,
-           'learning_rate': float(schedule(step)),
+      seen, watch = nonfinite.read(watch)
+      nonfinite.check(seen, config, f' of {config.task} seed {seed}',
+                      lambda: 'Fine-tuning writes no checkpoints, and no results were written')
+      applied = len(window) - int(np.sum(jax.device_get(skipped)))
+      # The mean over the applied steps (a skipped step's loss reads 0); the learning rate of
+      # the last applied update (a skipped step leaves the schedule where it was).
+      updates = pretrain_optim.applied_updates(state.opt_state)
+      log({'seed': seed, 'step': done,
+           'loss': float(np.sum(jax.device_get(window))) / applied if applied else float('nan'),
+           'skipped_steps': len(window) - applied,
+           'learning_rate': float(schedule(max(updates - 1, 0))),
            'steps_per_s': len(window) / (time.perf_counter() - started)})
-      window, started = [], time.perf_counter()
+      window, skipped, started = [], [], time.perf_counter()
   return state.params
 
 
