@@ -5,15 +5,28 @@ atomically by Orbax: a run killed mid-save leaves the previous checkpoints intac
 unfinished one is ignored on restore. The workdir may be a gs:// folder (a pod slice's, which
 every host writes parts of each checkpoint to): Orbax opens it itself, writing the arrays through
 TensorStore's GCS driver and its metadata through etils.epath.
+
+A checkpoint that cannot be read (a truncated or corrupted file: a full disk, a bad copy) stops
+the run with one error naming it; config.checkpoint_fallback moves it aside, keeping it, and
+resumes from the newest one that reads. Each checkpoint also records the run's objective and
+model config, so a checkpoint of another run is refused even where the shapes agree.
 """
 
 import os
 
+from absl import logging
+from etils import epath
 import jax
 import orbax.checkpoint as ocp
 
 from electra_jax import storage
 from electra_jax.errors import UsageError
+
+DAMAGED = 'damaged_checkpoints'  # beside checkpoints/: where config.checkpoint_fallback moves them
+
+
+class DamagedCheckpoint(UsageError):
+  """A checkpoint whose files cannot be read; its message names the checkpoint."""
 
 
 def checkpoint_dir(workdir: str) -> str:
@@ -28,8 +41,13 @@ def make_manager(workdir: str, keep: int) -> ocp.CheckpointManager:
                                item_handlers=ocp.StandardCheckpointHandler())
 
 
-def save(manager: ocp.CheckpointManager, step: int, state):
-  manager.save(step, args=ocp.args.StandardSave(state))
+def identity(config) -> dict:
+  """What a checkpoint's parameters mean: the objective and the model config that made them."""
+  return {'objective': config.objective, 'model': config.model.to_dict()}
+
+
+def save(manager: ocp.CheckpointManager, step: int, state, run_identity: dict | None = None):
+  manager.save(step, args=ocp.args.StandardSave(state), custom_metadata=run_identity or {})
 
 
 def last_good(manager: ocp.CheckpointManager) -> str:
@@ -42,23 +60,103 @@ def last_good(manager: ocp.CheckpointManager) -> str:
           'command resumes')
 
 
-def restore_latest(manager: ocp.CheckpointManager, state):
+def restore_latest(manager: ocp.CheckpointManager, state, run_identity: dict | None = None,
+                   fallback: bool = False, fix: str | None = None):
   """The latest checkpoint restored onto `state`'s shapes and shardings, or None if there is none.
 
-  `state` may be concrete arrays or jax.ShapeDtypeStruct leaves with shardings (cheapest).
+  `state` may be concrete arrays or jax.ShapeDtypeStruct leaves with shardings (cheapest). A
+  latest checkpoint that cannot be read raises a UsageError that offers config.checkpoint_fallback;
+  with `fallback`, it is moved to <workdir>/damaged_checkpoints/ and the one before is tried.
+  `fix` replaces that offer in the error, for callers without the option (fine-tuning).
   """
-  step = manager.latest_step()
-  if step is None:
-    return None
-  return restore(manager, step, state)
+  while (step := manager.latest_step()) is not None:
+    try:
+      return restore(manager, step, state, run_identity)
+    except DamagedCheckpoint as e:
+      if not fallback:
+        fix = fix or ('To resume from the newest checkpoint before it, run the same command with '
+                      '--config.checkpoint_fallback=true: the damaged one is kept, moved to '
+                      f'{_damaged_dir(manager)}/, and the steps after the one resumed from are '
+                      'trained again')
+        raise UsageError(f'{e}. {fix}') from None
+      moved = _set_aside(manager, step)
+      logging.warning('%s; moved it to %s and trying the checkpoint before it', e, moved)
+  if fallback and storage.exists(_damaged_dir(manager)):
+    raise UsageError(f'no checkpoint in {manager.directory} can be read (the damaged ones are in '
+                     f'{_damaged_dir(manager)}/); use a new --workdir to start over')
+  return None
 
 
-def restore(manager: ocp.CheckpointManager, step: int, state):
-  """Checkpoint `step` restored onto `state`'s shapes and shardings (see restore_latest)."""
-  _check_params_fit(manager, step, state.params)
+def restore(manager: ocp.CheckpointManager, step: int, state, run_identity: dict | None = None):
+  """Checkpoint `step` restored onto `state`'s shapes and shardings (see restore_latest).
+
+  Raises DamagedCheckpoint if its files cannot be read, and a UsageError if it belongs to another
+  objective or model (by `run_identity`, where the checkpoint recorded one, and by shapes).
+  """
+  name = f'checkpoint {manager.directory}/{step}'
+  try:
+    saved_identity = manager.metadata(step).custom_metadata or {}
+    saved_params = manager.item_metadata(step)['params']
+  except Exception as e:  # pylint: disable=broad-except  (any unreadable file is damage)
+    raise DamagedCheckpoint(f'{name} cannot be read: {_reason(e)}') from None
+  # The objective first (it explains every tensor that differs), then the shapes (they name the
+  # tensor), then the model fields no shape shows (num_heads, dropout rates).
+  check_identity = run_identity and saved_identity
+  if check_identity:
+    _check_objective(name, saved_identity, run_identity)
+  _check_params_fit(name, saved_params, state.params)
+  if check_identity:
+    _check_model(name, saved_identity, run_identity)
   target = jax.tree.map(
       lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
-  return manager.restore(step, args=ocp.args.StandardRestore(target))
+  try:
+    return manager.restore(step, args=ocp.args.StandardRestore(target))
+  except Exception as e:  # pylint: disable=broad-except
+    raise DamagedCheckpoint(f'{name} cannot be read: {_reason(e)}') from None
+
+
+def _reason(error: Exception) -> str:
+  """The first line of what Orbax or TensorStore said, short enough for one error line."""
+  text = str(error).strip().splitlines()[0] if str(error).strip() else ''
+  text = text.split(' See full TensorStore details')[0]
+  return (f'{type(error).__name__}: {text}'[:300] +
+          ' (a truncated or corrupted file)')
+
+
+def _damaged_dir(manager: ocp.CheckpointManager) -> str:
+  return os.path.join(os.path.dirname(str(manager.directory).rstrip('/')), DAMAGED)
+
+
+def _set_aside(manager: ocp.CheckpointManager, step: int) -> str:
+  """Moves checkpoint `step` into damaged_checkpoints/ (nothing is deleted); returns where.
+
+  Out of checkpoints/, Orbax no longer sees it, so the step can be saved again when retrained.
+  """
+  target = epath.Path(_damaged_dir(manager))
+  target.mkdir(parents=True, exist_ok=True)
+  moved, n = target / str(step), 1
+  while moved.exists():
+    n += 1
+    moved = target / f'{step}.{n}'
+  (epath.Path(manager.directory) / str(step)).rename(moved)
+  manager.reload()
+  return str(moved)
+
+
+def _check_objective(name: str, saved: dict, wanted: dict):
+  if saved.get('objective') != wanted['objective']:
+    raise UsageError(f"{name} was written by a run of objective {saved.get('objective')!r}, "
+                     f"not {wanted['objective']!r}; use a new --workdir or "
+                     f"--config.objective={saved.get('objective')}")
+
+
+def _check_model(name: str, saved: dict, wanted: dict):
+  saved_model = saved.get('model', {})
+  changed = [f'{k}: checkpoint {saved_model.get(k)!r}, now {v!r}'
+             for k, v in wanted['model'].items() if saved_model.get(k, v) != v]
+  if changed:
+    raise UsageError(f"{name} was written by a different model ({', '.join(changed)}); use a "
+                     'new --workdir or the config that run was started with')
 
 
 def _shapes(tree) -> dict[str, tuple]:
@@ -66,22 +164,21 @@ def _shapes(tree) -> dict[str, tuple]:
           for path, x in jax.tree_util.tree_leaves_with_path(tree)}
 
 
-def _check_params_fit(manager: ocp.CheckpointManager, step: int, params):
+def _check_params_fit(name: str, saved_params, params):
   """Compares the checkpoint's parameter shapes (from its metadata) with the model's.
 
   Done before restoring: a restore that fails half-way leaves Orbax's background I/O in a state
   that spills tracebacks at exit, and the message here names the tensor.
   """
-  saved = _shapes(manager.item_metadata(step)['params'])
+  saved = _shapes(saved_params)
   wanted = _shapes(params)
-  problems = [f'{name}: checkpoint {saved[name]}, model {wanted[name]}'
-              for name in wanted if name in saved and saved[name] != wanted[name]]
-  problems += [f'{name} missing from the checkpoint' for name in wanted if name not in saved]
-  problems += [f'{name} in the checkpoint but not in the model' for name in saved
-               if name not in wanted]
+  problems = [f'{p}: checkpoint {saved[p]}, model {wanted[p]}'
+              for p in wanted if p in saved and saved[p] != wanted[p]]
+  problems += [f'{p} missing from the checkpoint' for p in wanted if p not in saved]
+  problems += [f'{p} in the checkpoint but not in the model' for p in saved if p not in wanted]
   if problems:
     more = f' (and {len(problems) - 3} more)' if len(problems) > 3 else ''
     raise UsageError(
-        f'checkpoint {manager.directory}/{step} does not match the configured model: '
+        f'{name} does not match the configured model: '
         f'{"; ".join(problems[:3])}{more}; use a new --workdir or the config that run was '
         'started with')

@@ -14,12 +14,31 @@ import ml_collections
 
 from electra_jax import nonfinite, objective, storage
 from electra_jax.errors import UsageError
-from electra_jax.model import ATTENTION_IMPLEMENTATIONS
+from electra_jax.model import ATTENTION_IMPLEMENTATIONS, EMBEDDING_SHARING
+
+RNG_IMPLEMENTATIONS = ('threefry2x32', 'rbg', 'unsafe_rbg')
 
 
 def default_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.seed = 0                   # seeds parameters, data order, masks and samples
+  # How random bits are made (masks, samples, dropout, initialisation): 'threefry2x32' (JAX's
+  # default), 'rbg' or 'unsafe_rbg'. Threefry is a counter-based hash in ordinary integer ops:
+  # with sharded arrays every device computes exactly its share of the same bits, so a run's
+  # numbers do not depend on the device count or the backend (tests/test_train.py: 4 devices
+  # against 1). But it is many integer ops per 32 random bits, slow on TPUs. 'rbg' draws bits
+  # with XLA's RngBitGenerator, which TPUs compute in hardware (MaxText uses it for dropout).
+  # Trade-offs (jax.random's module doc has the table): rbg's bits are another stream, and differ
+  # between CPU, GPU and TPU; under vmap over keys (the per-sequence sampling keys) the whole
+  # batch is drawn from the first key. By default rbg stays identical across shardings (on CPU
+  # 4 devices reproduce 1: tests/test_rng_impl.py) because each device generates the whole
+  # global array and keeps its slice: work that grows with the device count. XLA_FLAGS=
+  # --xla_tpu_spmd_rng_bit_generator_unsafe=1 makes TPUs generate only their shard, and then
+  # results depend on the device count. 'unsafe_rbg' also derives split/fold_in keys cheaply,
+  # with weaker guarantees that the streams are independent. On a CPU rbg is only ~20% cheaper
+  # (PERFORMANCE.md). A run resumes only under the rng_impl it was saved with (the key's shape
+  # differs: 2 words for threefry, 4 for rbg), which check_workdir_config enforces.
+  c.rng_impl = 'threefry2x32'
   c.batch_size = 128           # global batch (sequences per step, summed over all devices)
   c.max_seq_length = 128       # tokens per example, [CLS]/[SEP] included
   c.num_train_steps = 1_000_000
@@ -33,13 +52,22 @@ def default_config() -> ml_collections.ConfigDict:
   c.attention = 'auto'
 
   # What is trained: 'electra' (generator + discriminator, the paper's method) or 'mlm' (BERT's
-  # masked LM at the discriminator's size, no generator: the baseline). See electra_jax/objective.
+  # masked LM at the discriminator's size, no generator: the baseline), or one of the paper's
+  # ablations (Table 5): 'electra_15' (RTD loss at the masked positions only), 'replace_mlm'
+  # (generator samples instead of [MASK], MLM at those positions), 'all_tokens_mlm' (Replace MLM
+  # predicting every token, with a copy mechanism). See electra_jax/objective.
   c.objective = 'electra'
   c.mask_prob = 0.15           # share of tokens to predict (0.25 for large)
-  # ELECTRA only.
+  # Every objective with a generator (all but 'mlm').
   c.temperature = 1.0          # replacements are sampled from softmax(logits / temperature)
   c.gen_weight = 1.0           # loss = gen_weight * MLM + disc_weight * RTD
-  c.disc_weight = 50.0
+  c.disc_weight = 50.0         # ELECTRA and electra_15 (the MLM ablations weigh their MLM 1.0)
+  c.copy_weight = 1.0          # all_tokens_mlm: weight of the copy probability's own loss
+  # How the generator and discriminator share the word embeddings (ELECTRA, ELECTRA 15%):
+  # 'shared' (one table, trained by both losses: the paper's), or 'gdes' (DeBERTa-v3's
+  # gradient-disentangled sharing: the discriminator reads stop_gradient(table) + its own
+  # residual table, zero at init; see model.Electra).
+  c.embedding_sharing = 'shared'
 
   # Optimizer (AdamW as the original ran it).
   c.learning_rate = 5e-4       # peak of warmup x linear decay (decay starts at step 0)
@@ -57,6 +85,12 @@ def default_config() -> ml_collections.ConfigDict:
   c.eval_steps = 10            # batches of data.eval_files per evaluation
   c.save_every = 5000
   c.keep_checkpoints = 3       # the most recent N checkpoints are kept
+  # A latest checkpoint that cannot be read (a truncated or corrupted file: a full disk, a bad
+  # copy) stops the run with one error naming it, rather than quietly training again steps
+  # that were already done and hiding the damage. True: move it to <workdir>/damaged_checkpoints/
+  # (kept, not deleted) and resume from the newest checkpoint that reads, exactly as if the run
+  # had been killed right after that one was written.
+  c.checkpoint_fallback = False
 
   # A step whose loss, gradients or updated parameters hold a NaN or Inf is never applied
   # (electra_jax/nonfinite.py). Then 'stop': at the next log or save the run ends with one error
@@ -159,8 +193,18 @@ def validate(config: ml_collections.ConfigDict, num_devices: int):
   if config.objective not in objective.OBJECTIVES:
     raise UsageError(f'config.objective={config.objective!r}: use one of '
                      f"{', '.join(objective.OBJECTIVES)}")
+  sharing = config.get('embedding_sharing', 'shared')
+  if sharing not in EMBEDDING_SHARING:
+    raise UsageError(f'config.embedding_sharing={sharing!r}: use one of '
+                     f"{', '.join(EMBEDDING_SHARING)}")
+  if sharing != 'shared' and config.objective not in ('electra', 'electra_15'):
+    raise UsageError(f'config.embedding_sharing={sharing!r} applies to objectives electra and '
+                     f"electra_15, not {config.objective!r}; leave it 'shared'")
   if config.dtype not in ('float32', 'bfloat16'):
     raise UsageError(f"config.dtype={config.dtype!r}: use 'float32' or 'bfloat16'")
+  if config.get('rng_impl', 'threefry2x32') not in RNG_IMPLEMENTATIONS:
+    raise UsageError(f'config.rng_impl={config.rng_impl!r}: use one of '
+                     f"{', '.join(RNG_IMPLEMENTATIONS)}")
   if config.attention not in ATTENTION_IMPLEMENTATIONS:
     raise UsageError(f'config.attention={config.attention!r}: use one of '
                      f"{', '.join(ATTENTION_IMPLEMENTATIONS)}")
@@ -204,6 +248,13 @@ def check_workdir_config(config: ml_collections.ConfigDict, workdir: str):
     raise UsageError(f'{workdir} holds a run of objective {saved_objective(saved)!r}, not '
                      f'{config.objective!r}; use a new --workdir or '
                      f'--config.objective={saved_objective(saved)}')
+  # Switches that change what a checkpoint's numbers mean, with the value of runs that predate
+  # them.
+  for field, default in (('rng_impl', 'threefry2x32'), ('embedding_sharing', 'shared')):
+    was, now = saved.get(field, default), config.get(field, default)
+    if was != now:
+      raise UsageError(f'{workdir} holds a run with {field} {was!r}, not {now!r}; use a new '
+                       f'--workdir or --config.{field}={was}')
   saved_model = saved.get('model', {})
   changed = {k: (saved_model.get(k), v) for k, v in config.model.to_dict().items()
              if saved_model.get(k) != v}

@@ -4,18 +4,25 @@ Writes DIR/discriminator (ElectraForPreTraining) and DIR/generator (ElectraForMa
 a run of objective 'mlm' DIR/mlm (ElectraForMaskedLM), each a standard Hugging Face directory
 with config.json, model.safetensors and tokenizer files, from the run's latest checkpoint or
 from checkpoint N.
+
+With the --workdir of a fine-tuning run, it writes one seed's model (--seed, default 0) as DIR
+itself: SQuAD's 'plain' head as ElectraForQuestionAnswering, chunking as
+ElectraForTokenClassification (hf/finetuned.py).
 """
 
 from absl import app, flags
 
 from electra_jax import cli
 
-USAGE = 'python -m electra_jax.export --workdir=RUN --out=DIR [--step=N] [--overwrite]'
+USAGE = ('python -m electra_jax.export --workdir=RUN --out=DIR [--step=N] [--overwrite]\n'
+         '       python -m electra_jax.export --workdir=FINETUNED --out=DIR [--seed=N] '
+         '[--overwrite]')
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory of the pretraining run to export.')
 _OUT = flags.DEFINE_string('out', None, 'Output directory; gets discriminator/ and generator/ '
                            '(mlm/ for an MLM run).')
 _STEP = flags.DEFINE_integer('step', None, 'Checkpoint step to export (default: the latest).')
 _OVERWRITE = flags.DEFINE_bool('overwrite', False, 'Replace the existing directories in --out.')
+_SEED = flags.DEFINE_integer('seed', 0, 'A fine-tuning run: the seed whose model to export.')
 flags.mark_flags_as_required(['workdir', 'out'])
 
 
@@ -23,7 +30,12 @@ def main(argv):
   if len(argv) > 1:
     cli.fail(f'unexpected arguments: {" ".join(argv[1:])}\nusage: {USAGE}')
   cli.quiet_orbax()
-  from electra_jax.hf import exporting  # pylint: disable=g-import-not-at-top  (keeps --help fast)
+  from electra_jax.hf import exporting, finetuned  # pylint: disable=g-import-not-at-top  (fast --help)
+  if finetuned.is_finetuned(_WORKDIR.value):
+    step = cli.run(finetuned.export_seed, _WORKDIR.value, _OUT.value, _SEED.value,
+                   _OVERWRITE.value)
+    print(f'exported seed {_SEED.value} (step {step}) of {_WORKDIR.value} to {_OUT.value}')
+    return
   run = cli.run(exporting.export_run, _WORKDIR.value, _OUT.value, _STEP.value, _OVERWRITE.value)
   written = ' and '.join(f'{_OUT.value}/{network}'
                          for network in exporting.EXPORTED[run.config.objective])

@@ -22,6 +22,16 @@ the generator's kind of head and no generator:
   mlm head               2·P·H·E                  dense H -> E at the selected positions
   vocabulary projection  2·P·E·V
 
+'electra_15' costs what 'electra' costs (only where the loss is counted differs). 'replace_mlm'
+is the generator as above plus the discriminator-sized MLM:
+
+  discriminator          as above, over all T tokens
+  mlm head               2·P·H·E                  at the selected positions
+  vocabulary projection  2·P·E·V                  a second one: the generator has its own
+
+and 'all_tokens_mlm' the same with the mlm head and the second vocabulary projection at all T
+tokens (2·T·H·E, 2·T·E·V) and a copy head 2·T·H,
+
 with T = B·L tokens and P = B·N selected positions (N slots per sequence, all of them computed,
 used or not). Training costs 3x the forward pass: the backward pass computes a gradient for
 both operands of every product, at twice the forward cost. Not counted: embedding lookups,
@@ -84,15 +94,26 @@ def forward_flops(config: ml_collections.ConfigDict) -> dict[str, int]:
   gen_width = generator_width(m)
   generator = _encoder_forward(tokens, length, m.embedding_size, gen_width, 4 * gen_width,
                                m.num_layers)
-  return {
+  with_generator = {
       'generator': generator['projections'],
       'generator_attention': generator['attention'],
       'generator_head': 2 * positions * gen_width * m.embedding_size,
       'vocabulary_projection': vocabulary_projection,
       'discriminator': discriminator['projections'],
       'discriminator_attention': discriminator['attention'],
-      'discriminator_head': 2 * tokens * m.hidden_size * (m.hidden_size + 1),
   }
+  if config.objective in ('electra', 'electra_15'):
+    return {**with_generator,
+            'discriminator_head': 2 * tokens * m.hidden_size * (m.hidden_size + 1)}
+  if config.objective in ('replace_mlm', 'all_tokens_mlm'):
+    predicted = positions if config.objective == 'replace_mlm' else tokens
+    counts = {**with_generator,
+              'mlm_head': 2 * predicted * m.hidden_size * m.embedding_size,
+              'mlm_vocabulary_projection': 2 * predicted * m.embedding_size * m.vocab_size}
+    if config.objective == 'all_tokens_mlm':
+      counts['copy_head'] = 2 * tokens * m.hidden_size
+    return counts
+  raise ValueError(f'no FLOPs count for objective {config.objective!r}; add it to flops.py')
 
 
 def train_step_flops(config: ml_collections.ConfigDict) -> int:

@@ -14,6 +14,10 @@ of the shared embedding block is the sum of what each network's loss sends it.
 and `discriminator` exactly as `Electra` names and builds them (so fine-tuning loads either
 run the same way) and `mlm_head`, the generator's head type; no generator.
 
+`ReplaceMLM` (objectives 'replace_mlm' and 'all_tokens_mlm', the paper's ablations) is
+`Electra`'s generator with `MaskedLM`'s discriminator-sized MLM (and, for All-Tokens MLM, a
+copy head) in place of the replaced-token detector.
+
 The encoder is BERT's post-LayerNorm transformer with the original's numerics: exact (erf) GELU,
 LayerNorm epsilon 1e-12, additive large-negative padding mask, truncated-normal(0.02) init.
 Parameters are float32; `dtype` sets the computation dtype (float32 or bfloat16). Softmax,
@@ -71,9 +75,15 @@ class Embeddings(nn.Module):
     self.layer_norm = layer_norm('layer_norm')
     self.dropout = nn.Dropout(self.dropout_rate)
 
-  def __call__(self, input_ids, segment_ids, deterministic: bool):
+  def __call__(self, input_ids, segment_ids, deterministic: bool, word_delta=None):
+    """`word_delta` [V, E] (GDES): the words come from stop_gradient(table) + word_delta."""
     positions = jnp.arange(input_ids.shape[-1])[None, :]
-    x = (self.word_embeddings(input_ids) + self.position_embeddings(positions)
+    if word_delta is None:
+      words = self.word_embeddings(input_ids)
+    else:
+      table = jax.lax.stop_gradient(self.word_embeddings.embedding) + word_delta
+      words = jnp.take(table, input_ids, axis=0)
+    x = (words + self.position_embeddings(positions)
          + self.token_type_embeddings(segment_ids))
     x = self.layer_norm(x)
     return self.dropout(x, deterministic=deterministic).astype(self.dtype)
@@ -259,12 +269,23 @@ def masked_lm_logits(embeddings: Embeddings, encoder: Encoder, head: MLMHead, in
   return embeddings.attend(hidden) + output_bias
 
 
+EMBEDDING_SHARING = ('shared', 'gdes')
+
+
 class Electra(nn.Module):
-  """Generator and discriminator over one shared embedding block."""
+  """Generator and discriminator over one shared embedding block.
+
+  embedding_sharing='gdes' is DeBERTa-v3's gradient-disentangled embedding sharing for the word
+  table: the discriminator reads stop_gradient(word table) + `embedding_delta` (its own [V, E]
+  residual, zero at init), so the RTD loss never moves the generator's word embeddings (their
+  tug-of-war, DeBERTa-v3 section 3) and the MLM loss never moves the delta. The position and
+  token-type tables and the embedding LayerNorm stay shared as under 'shared'.
+  """
   config: ml_collections.ConfigDict  # the `model` section of the run config
   dtype: Any = jnp.float32
   remat: bool = False
   attention: str = 'auto'  # SelfAttention.implementation; every choice computes the same
+  embedding_sharing: str = 'shared'  # or 'gdes'
 
   def setup(self):
     c = self.config
@@ -278,6 +299,9 @@ class Electra(nn.Module):
     self.generator_head = MLMHead(c.embedding_size, c.vocab_size, self.dtype)
     self.discriminator = discriminator_encoder(c, self.dtype, self.remat, self.attention)
     self.discriminator_head = DiscriminatorHead(self.dtype)
+    if self.embedding_sharing == 'gdes':
+      self.embedding_delta = self.param('embedding_delta', nn.initializers.zeros,
+                                        (c.vocab_size, c.embedding_size))
 
   def __call__(self, input_ids, segment_ids, positions, deterministic: bool = True):
     """Runs both networks once; used only to create every parameter at init."""
@@ -291,7 +315,8 @@ class Electra(nn.Module):
 
   def discriminate(self, input_ids, segment_ids, deterministic: bool = True):
     """Replaced-token logits [B, L] (float32), one per position."""
-    hidden = self.discriminator(self.embeddings(input_ids, segment_ids, deterministic),
+    delta = self.embedding_delta if self.embedding_sharing == 'gdes' else None
+    hidden = self.discriminator(self.embeddings(input_ids, segment_ids, deterministic, delta),
                                 input_ids != 0, deterministic)
     return self.discriminator_head(hidden)
 
@@ -315,11 +340,78 @@ class MaskedLM(nn.Module):
                             segment_ids, positions, deterministic)
 
 
-def init_params(model: Electra | MaskedLM, rng, max_seq_length: int):
+class ReplaceMLM(nn.Module):
+  """The paper's Replace-MLM and All-Tokens-MLM ablations (section 3.2): ELECTRA's generator,
+  and a discriminator-sized masked LM that reads the generator's samples instead of [MASK].
+
+  Parameters as `Electra` names them (embeddings, generator, generator_head, discriminator), so
+  fine-tuning and export read them the same way, with `mlm_head` (as `MaskedLM`'s, output tied
+  to the shared word embeddings) in place of the replaced-token head. With `copy_mechanism`
+  (All-Tokens MLM) a `copy_head`, one dense layer to a logit, gives each token the probability
+  D that the output is its input token: the paper's "copy probability ... using a sigmoid layer".
+  """
+  config: ml_collections.ConfigDict  # the `model` section of the run config
+  dtype: Any = jnp.float32
+  remat: bool = False
+  attention: str = 'auto'  # SelfAttention.implementation; every choice computes the same
+  copy_mechanism: bool = False
+
+  def setup(self):
+    c = self.config
+    self.embeddings = embeddings_block(c, self.dtype)
+    gen_width = generator_width(c)
+    self.generator = Encoder(
+        hidden_size=gen_width, num_layers=c.num_layers, num_heads=max(1, gen_width // 64),
+        intermediate_size=4 * gen_width, dropout_rate=c.dropout_rate,
+        attention_dropout_rate=c.attention_dropout_rate, dtype=self.dtype, remat=self.remat,
+        attention=self.attention)
+    self.generator_head = MLMHead(c.embedding_size, c.vocab_size, self.dtype)
+    self.discriminator = discriminator_encoder(c, self.dtype, self.remat, self.attention)
+    self.mlm_head = MLMHead(c.embedding_size, c.vocab_size, self.dtype)
+    if self.copy_mechanism:
+      self.copy_head = nn.Dense(1, kernel_init=_glorot, dtype=jnp.float32, name='copy_head')
+
+  def __call__(self, input_ids, segment_ids, positions, deterministic: bool = True):
+    """Runs both networks once; used only to create every parameter at init."""
+    return (self.generate(input_ids, segment_ids, positions, deterministic),
+            self.predict(input_ids, segment_ids, positions, deterministic))
+
+  def generate(self, input_ids, segment_ids, positions, deterministic: bool = True):
+    """The generator's MLM logits [B, P, V] (float32) at the given positions [B, P] only."""
+    return masked_lm_logits(self.embeddings, self.generator, self.generator_head, input_ids,
+                            segment_ids, positions, deterministic)
+
+  def predict(self, input_ids, segment_ids, positions, deterministic: bool = True):
+    """The discriminator-sized MLM at positions [B, P]: logits [B, P, V] (float32) and, with
+    the copy mechanism, copy logits [B, P] (D = sigmoid of them), else None."""
+    hidden = self.discriminator(self.embeddings(input_ids, segment_ids, deterministic),
+                                input_ids != 0, deterministic)
+    hidden = jnp.take_along_axis(hidden, positions[..., None], axis=1)
+    copy_logits = self.copy_head(hidden)[..., 0] if self.copy_mechanism else None
+    projected, output_bias = self.mlm_head(hidden)
+    return self.embeddings.attend(projected) + output_bias, copy_logits
+
+
+def init_params(model: Electra | MaskedLM | ReplaceMLM, rng, max_seq_length: int):
   """Initial float32 parameters for every submodule of `model`."""
   ids = jnp.zeros((1, max_seq_length), jnp.int32)
   positions = jnp.zeros((1, 1), jnp.int32)
   return model.init({'params': rng}, ids, ids, positions)['params']
+
+
+def discriminator_view(params):
+  """`params` with the word table the discriminator reads: under GDES, table + embedding_delta
+  (without the delta entry); otherwise `params` itself. What export and fine-tuning take."""
+  if 'embedding_delta' not in params:
+    return params
+  params = dict(params)
+  delta = params.pop('embedding_delta')
+  embeddings = dict(params['embeddings'])
+  words = dict(embeddings['word_embeddings'])
+  words['embedding'] = words['embedding'] + delta
+  embeddings['word_embeddings'] = words
+  params['embeddings'] = embeddings
+  return params
 
 
 def count_params(params) -> int:

@@ -42,12 +42,17 @@ def human_line(step: int, total_steps: int, metrics: dict, eta_seconds: float) -
 
 
 def trim_metrics_file(workdir: str, last_step: int):
-  """Drops lines logged after `last_step` (steps a resumed run is about to redo)."""
+  """Drops lines logged after `last_step` (steps a resumed run is about to redo).
+
+  Every write ends its line with a newline, so a last line without one is what a kill cut short:
+  it is dropped too (its step is redone).
+  """
   path = os.path.join(workdir, 'metrics.jsonl')
   if not storage.exists(path):
     return
   lines = [line for line in io.StringIO(storage.read_text(path)) if line.strip()]
-  kept = [line for line in lines if json.loads(line)['step'] <= last_step]
+  complete = [line for line in lines if line.endswith('\n')]
+  kept = [line for line in complete if json.loads(line)['step'] <= last_step]
   if len(kept) != len(lines):
     storage.write_text(path, ''.join(kept))
 

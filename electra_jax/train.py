@@ -34,7 +34,35 @@ class TrainState(flax.struct.PyTreeNode):
   step: jax.Array
   params: Any
   opt_state: Any
-  rng: jax.Array  # the run's base key; step s uses fold_in(rng, s)
+  rng: jax.Array  # the run's base key as raw data (config.rng_impl); step s uses step_key(rng, s)
+
+
+def rng_impl(config) -> str:
+  """config.rng_impl; configs saved before the field existed ran threefry."""
+  return config.get('rng_impl', 'threefry2x32')
+
+
+def base_key(config, seed: int | None = None) -> jax.Array:
+  """A typed key of config.rng_impl. For threefry its bits are jax.random.PRNGKey(seed)'s."""
+  return jax.random.key(config.seed if seed is None else seed, impl=rng_impl(config))
+
+
+@functools.partial(jax.jit, static_argnames='impl')
+def _fold_in(data, step, impl):
+  return jax.random.key_data(jax.random.fold_in(jax.random.wrap_key_data(data, impl=impl), step))
+
+
+def step_key(config, data: jax.Array, step) -> jax.Array:
+  """fold_in(key, step) of the raw key `data`, as raw data: what a step is given.
+
+  The state keeps raw key data (uint32 words), so checkpoints hold plain arrays as before; the
+  steps wrap it back into a key of config.rng_impl (`as_key`).
+  """
+  return _fold_in(data, step, rng_impl(config))
+
+
+def as_key(config, data: jax.Array) -> jax.Array:
+  return jax.random.wrap_key_data(data, impl=rng_impl(config))
 
 
 def make_mesh(devices=None) -> Mesh:
@@ -50,16 +78,20 @@ def make_mesh(devices=None) -> Mesh:
 
 def make_model(config: ml_collections.ConfigDict):
   """The network config.objective trains (model.Electra, or model.MaskedLM for 'mlm')."""
+  # Only a GDES run names its sharing: the other networks have no such field, and configs
+  # saved before it existed lack it.
+  sharing = config.get('embedding_sharing', 'shared')
+  extra = {} if sharing == 'shared' else {'embedding_sharing': sharing}
   return objective.get(config).model(config.model, dtype=DTYPES[config.dtype],
-                                     remat=config.remat, attention=config.attention)
+                                     remat=config.remat, attention=config.attention, **extra)
 
 
 def _init_state_fn(config, model, optimizer):
   def init():
-    init_rng, train_rng = jax.random.split(jax.random.PRNGKey(config.seed))
+    init_rng, train_rng = jax.random.split(base_key(config))
     params = init_params(model, init_rng, config.max_seq_length)
     return TrainState(step=jnp.zeros([], jnp.int32), params=params,
-                      opt_state=optimizer.init(params), rng=train_rng)
+                      opt_state=optimizer.init(params), rng=jax.random.key_data(train_rng))
   return init
 
 
@@ -85,7 +117,8 @@ def train_step(state: TrainState, batch, rng, *, model, optimizer, config, speci
   are summed; masks and samples are drawn as for the whole batch (see objective.partial_loss), so
   the update equals the whole batch's, except that each micro-batch draws its own dropout masks.
   """
-  prepared, dropout_rng = objective.draw(rng, batch['input_ids'], config, special)
+  prepared, dropout_rng = objective.draw(as_key(config, rng), batch['input_ids'], config,
+                                         special)
   loss_and_grads = jax.value_and_grad(
       functools.partial(objective.partial_loss, model.apply, config=config, special=special),
       has_aux=True)
@@ -120,8 +153,8 @@ def train_step(state: TrainState, batch, rng, *, model, optimizer, config, speci
 
 
 def eval_step(params, batch, rng, *, model, config, special):
-  _, stats = objective.loss(model.apply, params, batch, rng, config, train=False,
-                            special=special)
+  _, stats = objective.loss(model.apply, params, batch, as_key(config, rng), config,
+                            train=False, special=special)
   return stats
 
 
@@ -168,7 +201,7 @@ def run_eval(evaluate, params, examples, config, batch_sharding, base_rng) -> di
                                   jax.process_index(), jax.process_count())
   for i, batch in enumerate(batches):
     batch = input_pipeline.to_global_array(batch, batch_sharding)
-    total = add_stats(total, evaluate(params, batch, jax.random.fold_in(base_rng, i)))
+    total = add_stats(total, evaluate(params, batch, step_key(config, base_rng, i)))
   return objective.summarize(jax.device_get(total), config.eval_steps)
 
 
@@ -229,8 +262,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
   writer = batches = None
   try:  # Orbax's background threads must be shut down on every way out, errors included.
     # Restoring onto the abstract state avoids holding an unused initial state in memory.
+    run_identity = checkpoint.identity(config)
     restored = checkpoint.restore_latest(
-        manager, abstract_train_state(config, model, optimizer, replicated))
+        manager, abstract_train_state(config, model, optimizer, replicated), run_identity,
+        fallback=config.checkpoint_fallback)
     state = (create_train_state(config, model, optimizer, replicated) if restored is None
              else restored)
     if is_chief:
@@ -241,9 +276,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
                  config.num_train_steps, jax.device_count(), config.objective,
                  f'{count_params(state.params):,}')
     if is_chief:
-      report.trim_metrics_file(workdir, first_step)
+      # Lines logged after the checkpoint resumed from are logged again; without a checkpoint
+      # the run starts over, its step-0 evaluation included, so no line is kept.
+      report.trim_metrics_file(workdir, first_step if restored is not None else -1)
     writer = report.MetricsWriter(workdir, enabled=is_chief)
-    eval_rng = jax.random.fold_in(jax.random.PRNGKey(config.seed), 1 << 30)
+    eval_rng = step_key(config, jax.random.key_data(base_key(config)), 1 << 30)
     tokens_per_step = config.batch_size * config.max_seq_length
 
     def evaluate_and_log(step):
@@ -267,7 +304,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
     total, window_steps, window_start = None, 0, time.perf_counter()
     watch = nonfinite.start()
     for step in range(first_step, config.num_train_steps):
-      state, stats = train(state, next(batches), jax.random.fold_in(state.rng, step))
+      state, stats = train(state, next(batches), step_key(config, state.rng, step))
       watch = nonfinite.watch(watch, stats['nonfinite'], state.step)
       total, window_steps = add_stats(total, stats), window_steps + 1
       done = step + 1
@@ -290,13 +327,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
         writer.write(done, metrics, report.human_line(done, config.num_train_steps, metrics, eta))
         total, window_steps, window_start = None, 0, time.perf_counter()
 
-      if evaluating and done % config.eval_every == 0:
+      # The last step too: a run whose length is no multiple of eval_every (the transfer
+      # study's MLM run, sized by FLOPs) still ends on a measured point.
+      if evaluating and (done % config.eval_every == 0 or done == config.num_train_steps):
         evaluate_and_log(done)
 
       preempted = preemption_requested(done)
       if done % config.save_every == 0 or done == config.num_train_steps or preempted:
         watch = check_finite(watch)  # so nothing after a non-finite step is saved ('stop')
-        checkpoint.save(manager, done, state)
+        checkpoint.save(manager, done, state, run_identity)
       if preempted:
         logging.warning('preempted: saved the checkpoint of step %d; run the same command again '
                         'to resume', done)

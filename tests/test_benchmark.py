@@ -66,7 +66,9 @@ def test_mlm_flops_match_a_hand_count():
   assert flops.train_step_flops(config) == 3 * 215_662_592
 
 
-@pytest.mark.parametrize('objective_name', ['electra', 'mlm'])
+@pytest.mark.parametrize('objective_name', [
+    'electra', 'mlm', pytest.param('replace_mlm', marks=pytest.mark.slow),
+    pytest.param('all_tokens_mlm', marks=pytest.mark.slow)])
 def test_flops_are_the_bulk_of_what_xla_counts(objective_name):
   """XLA's own count of the compiled step: our matmuls plus elementwise work and the optimizer."""
   config = hand_sized_config()

@@ -2,14 +2,20 @@
 port of its counting loop), tag encodings, first-sub-token features, end to end on real data."""
 
 
+import json
+
+import ml_collections
 import numpy as np
 import pytest
+import torch
+import transformers
 
 from conftest import REPO, SHARED_DATA, real_file as real
 from electra_jax.config import load_config_file
 from electra_jax.data import wordpiece
 from electra_jax.errors import UsageError
-from electra_jax.finetune import chunk_data, chunk_metrics, run
+from electra_jax.finetune import chunk_data, chunk_metrics, model as model_lib, run
+from electra_jax.hf import finetuned
 
 CONLL = SHARED_DATA / 'conll2000'
 CHUNK_CONFIG = str(REPO / 'configs' / 'finetune' / 'chunk.py')
@@ -135,6 +141,30 @@ def test_fine_tunes_on_real_conll_and_writes_conlleval_input(tmp_path):
   assert chunk_metrics.conlleval(gold, predicted) == pytest.approx(chosen)
   assert summary['score'] == pytest.approx(
       np.median([s['eval']['f1'] for s in summary['seeds'].values()]))
+
+  # Seed 1's model, exported, is an ElectraForTokenClassification with the same logits.
+  out = tmp_path / 'hf'
+  assert finetuned.export_seed(str(tmp_path / 'out'), str(out), seed=1) == 12
+  params, _ = finetuned.seed_params(str(tmp_path / 'out'), 1)
+  labels = summary['labels']
+  ids = np.random.default_rng(0).integers(5, vocab_size, (3, 20)).astype(np.int32)
+  ids[1, 12:] = 0
+  ours = model_lib.Tagger(ml_collections.ConfigDict(json.loads(
+      (tmp_path / 'out' / 'config.json').read_text())['model']), len(labels)).apply(
+          {'params': params}, ids, np.zeros_like(ids))
+  assert_same_logits(transformers.ElectraForTokenClassification, out, ids, ours, labels)
+
+
+def assert_same_logits(hf_class, path, ids, ours, labels):
+  """The exported model loads as `hf_class` with our labels and gives `ours` at every token
+  that is not padding (1e-4)."""
+  hf = hf_class.from_pretrained(str(path)).eval()
+  assert [hf.config.id2label[i] for i in range(len(labels))] == labels
+  with torch.no_grad():
+    logits = hf(input_ids=torch.tensor(ids, dtype=torch.long),
+                attention_mask=torch.tensor(ids != 0, dtype=torch.long)).logits.numpy()
+  real = ids != 0
+  np.testing.assert_allclose(logits[real], np.asarray(ours)[real], rtol=1e-4, atol=1e-4)
 
 
 def test_bad_conll_input_is_one_clear_error(tmp_path):

@@ -172,6 +172,24 @@ def test_attention_choice_reaches_the_classifier():
     classifier('nope').apply({'params': params}, ids, jnp.zeros_like(ids))
 
 
+def test_trimmed_padding_leaves_the_outputs_unchanged():
+  """trim_padding drops the columns that are padding in every row (to a multiple of 8) and the
+  classifier's outputs stay those of the full length."""
+  ids = np.zeros((3, 32), np.int32)
+  ids[0, :5], ids[1, :11], ids[2, :3] = 7, 9, 11
+  segments = (ids > 0).astype(np.int32) * (np.arange(32) >= 3)
+  trimmed = features.trim_padding({'input_ids': ids, 'segment_ids': segments})
+  assert trimmed['input_ids'].shape == trimmed['segment_ids'].shape == (3, 16)
+  np.testing.assert_array_equal(trimmed['segment_ids'], segments[:, :16])
+  assert features.trim_padding({'input_ids': ids[:, :16]})['input_ids'].shape == (3, 16)
+  classifier = model_lib.Classifier(tiny_model(40), 3)
+  params = model_lib.init_params(classifier, jax.random.PRNGKey(0), 32)
+  outputs = lambda inputs: classifier.apply({'params': params}, inputs['input_ids'],
+                                            inputs['segment_ids'])
+  np.testing.assert_allclose(outputs(trimmed), outputs({'input_ids': ids, 'segment_ids': segments}),
+                             rtol=1e-6, atol=1e-6)
+
+
 # ---- the training loop ----------------------------------------------------------------------
 
 def test_batches_gathered_on_the_devices_are_those_of_batch_order():
@@ -195,7 +213,7 @@ def test_batches_gathered_on_the_devices_are_those_of_batch_order():
       np.testing.assert_array_equal(batch[name], values[order[step]])
 
 
-def test_the_loop_equals_a_host_loop_over_batch_order(files):
+def test_the_loop_equals_a_host_loop_over_batch_order(files, tmp_path):
   """Training a seed (batches gathered on the devices, dropout keys folded in the step) gives
   the parameters and losses of a plain loop: host-indexed batches of batch_order, dropout key
   fold_in(rng, step), gradient and optimizer update, one step at a time on one device."""
@@ -213,7 +231,8 @@ def test_the_loop_equals_a_host_loop_over_batch_order(files):
   logged = []
   params = finetune.train_seed(config, seed, start, model, compiled,
                                jax.device_put(inputs, compiled.replicated), steps,
-                               optim.learning_rate_schedule(config, steps), logged.append)
+                               optim.learning_rate_schedule(config, steps), logged.append,
+                               str(tmp_path))
 
   @jax.jit
   def update(params, opt_state, batch, rng):

@@ -115,10 +115,11 @@ ELECTRA_ONLY = ('disc_loss', 'sampled_accuracy', 'disc_accuracy', 'disc_precisio
 
 @pytest.fixture(scope='module')
 def mlm_run(tmp_path_factory, wikitext):
-  """A 4-step MLM run with checkpoints at steps 2 and 4 and evaluation at 0, 2 and 4."""
+  """A 4-step MLM run with checkpoints at steps 2 and 4 and evaluation at 0, 3 and 4 (the last
+  step, though no multiple of eval_every)."""
   workdir = tmp_path_factory.mktemp('mlm')
   run(workdir, '--config.objective=mlm', '--config.num_train_steps=4', '--config.log_every=2',
-      '--config.save_every=2', '--config.eval_every=2', '--config.eval_steps=1',
+      '--config.save_every=2', '--config.eval_every=3', '--config.eval_steps=1',
       f'--config.data.eval_files={wikitext / "wiki.test.raw"}')
   return workdir
 
@@ -133,7 +134,7 @@ def test_mlm_run_logs_its_metrics_and_keeps_its_objective(mlm_run):
     assert not set(ELECTRA_ONLY) & set(m) and m['loss'] == m['mlm_loss']
   evals = [json.loads(l) for l in (mlm_run / 'metrics.jsonl').read_text().splitlines()
            if 'eval_loss' in l]
-  assert [e['step'] for e in evals] == [0, 2, 4]
+  assert [e['step'] for e in evals] == [0, 3, 4]
   assert all('eval_mlm_accuracy' in e and 'eval_disc_auc' not in e for e in evals)
 
   # Continuing it as an ELECTRA run is refused before anything is touched. (Its checkpoint

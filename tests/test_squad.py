@@ -9,14 +9,20 @@ import string
 import subprocess
 import sys
 
+import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
+import torch
+import transformers
 
 from conftest import REPO, SHARED_DATA, real_file as real
 from electra_jax.config import load_config_file
 from electra_jax.data import vocab as vocab_lib, wordpiece
 from electra_jax.errors import UsageError
-from electra_jax.finetune import run, squad_data, squad_features, squad_metrics, squad_predict
+from electra_jax.finetune import qa_model, run, squad_data, squad_features, squad_metrics
+from electra_jax.finetune import squad_predict
+from electra_jax.hf import finetuned
 
 SQUAD = SHARED_DATA / 'squad'
 TRAIN = SQUAD / 'train-v2.0.first-11-articles.json'
@@ -261,6 +267,7 @@ def test_fine_tunes_on_real_squad_and_writes_official_outputs(squad_vocab, tmp_p
   if task == 'squad_v1':
     em, f1 = independent_v1(gold, predictions)
     assert (chosen['exact_match'], chosen['f1']) == pytest.approx((em, f1))
+    assert_exports_as_electra_for_question_answering(out, tmp_path / 'hf', squad_vocab.size)
   else:
     null_odds = json.loads((out / 'null_odds.json').read_text())
     best = json.loads((out / 'best_non_null.json').read_text())
@@ -270,6 +277,31 @@ def test_fine_tunes_on_real_squad_and_writes_official_outputs(squad_vocab, tmp_p
     assert chosen['threshold'] == -2.75
     assert chosen['exact'] == pytest.approx(
         squad_metrics.evaluate_v2(gold, predictions)['exact'])  # "" = thresholded
+
+
+def assert_exports_as_electra_for_question_answering(workdir, out, vocab_size):
+  """Seed 0's plain head, exported, loads as ElectraForQuestionAnswering and gives our start and
+  end logits (1e-4) where an answer may lie; ours add -1000 elsewhere, transformers' do not."""
+  finetuned.export_seed(str(workdir), str(out), seed=0)
+  params, _ = finetuned.seed_params(str(workdir), 0)
+  model = ml_collections.ConfigDict(json.loads((workdir / 'config.json').read_text())['model'])
+  rng = np.random.default_rng(0)
+  ids = rng.integers(5, vocab_size, (2, 24)).astype(np.int32)
+  ids[1, 20:] = 0
+  segments = np.where(np.arange(24) >= 8, 1, 0)[None].repeat(2, 0) * (ids != 0)
+  ours = qa_model.QuestionAnswerer(model, head='plain').apply(
+      {'params': params}, jnp.asarray(ids), jnp.asarray(segments))
+  hf = transformers.ElectraForQuestionAnswering.from_pretrained(str(out)).eval()
+  with torch.no_grad():
+    theirs = hf(input_ids=torch.tensor(ids, dtype=torch.long),
+                attention_mask=torch.tensor(ids != 0, dtype=torch.long),
+                token_type_ids=torch.tensor(segments, dtype=torch.long))
+  allowed = np.asarray(qa_model.answer_bias(jnp.asarray(ids), jnp.asarray(segments))) == 0
+  for name in ('start_logits', 'end_logits'):
+    np.testing.assert_allclose(getattr(theirs, name).numpy()[allowed],
+                               np.asarray(ours[name])[allowed], rtol=1e-4, atol=1e-4)
+  with pytest.raises(UsageError, match='already exists'):
+    finetuned.export_seed(str(workdir), str(out), seed=0)
 
 
 @pytest.mark.slow

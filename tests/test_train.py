@@ -9,6 +9,7 @@ from test_objective import packed_like_sequences
 
 
 def run_steps(devices, config, batches):
+  """Steps as the training loop runs them: the step's key is train.step_key(state.rng, step)."""
   mesh = train.make_mesh(devices)
   model = train.make_model(config)
   optimizer = optim.make_optimizer(config)
@@ -17,7 +18,7 @@ def run_steps(devices, config, batches):
   losses = []
   for i, batch in enumerate(batches):
     batch = {k: jax.device_put(v, batch_sharding) for k, v in batch.items()}
-    state, stats = step(state, batch, jax.random.fold_in(state.rng, i))
+    state, stats = step(state, batch, train.step_key(config, state.rng, i))
     losses.append(float(stats['loss']))
   return np.array(losses), jax.device_get(state.params)
 
@@ -151,7 +152,7 @@ def test_checkpoint_saved_on_4_devices_restores_on_2_and_1(tmp_path):
     losses = []
     for i in range(start, 4):
       batch = {k: jax.device_put(v, batch_sharding) for k, v in batches[i].items()}
-      state, stats = step(state, batch, jax.random.fold_in(state.rng, i))
+      state, stats = step(state, batch, train.step_key(config, state.rng, i))
       losses.append(float(stats['loss']))
     return losses
 

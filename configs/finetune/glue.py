@@ -51,6 +51,12 @@ def get_config():
   # cuDNN flash attention on a GPU in bfloat16, else einsum; 'xla', 'cudnn', 'einsum' force one.
   c.attention = 'auto'
   c.log_every = 100
+  # Each seed's training state is saved (Orbax, DIR/checkpoints/seed_<seed>/) every save_every
+  # steps and at its end, so the same command run again continues a killed run where its last
+  # save left it, and does not train a finished seed again (its scores are recomputed from its
+  # final state). 0 = only at the end of each seed.
+  # A seed's checkpoint that cannot be read stops the run with one error naming it.
+  c.save_every = 500
   # A step whose loss, gradients or new parameters are not finite is never applied; then, as in
   # pretraining (electra_jax/config.py), 'stop' ends the run at the next log with one error
   # naming the step, and 'skip' goes on, stopping after max_consecutive_skips in a row.

@@ -73,8 +73,7 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   eval_features = build(eval_set, chunk_data.encoded(eval_set.tags, config.tag_encoding))
   total_steps = max(1, int(len(train_set.words) * config.num_epochs / config.batch_size))
 
-  os.makedirs(workdir, exist_ok=True)
-  config_lib.save_config(config, workdir)
+  train.prepare_workdir(config, workdir)
   model = model_lib.Tagger(start.model, len(labels), train.DTYPES[config.dtype], config.attention)
   compiled = train.compile_for(config, model, start.model.num_layers,
                                functools.partial(loss_fn, model=model),
@@ -88,7 +87,7 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   def run_seed(seed, log):
     params = train.train_seed(config, seed, start, model, compiled, train_inputs, total_steps,
-                              schedule, log)
+                              schedule, log, workdir)
     predicted = train.predict(compiled.predict, params, eval_features.model_inputs(),
                               config.eval_batch_size, compiled.batch_sharding)
     tags = chunk_data.predicted_tags(eval_features, predicted, labels, config.tag_encoding)

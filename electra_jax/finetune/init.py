@@ -39,7 +39,7 @@ def is_run(path: str) -> bool:
 
 def from_run(workdir: str) -> Start:
   run = exporting.load_run(workdir)  # checks the checkpoint against the run's own config
-  params = {name: run.params[name] for name in ENCODER}
+  params = {name: pretrain_model.discriminator_view(run.params)[name] for name in ENCODER}
   return Start(run.config.model, run.vocab, params,
                f'pretraining run {workdir} (step {run.step})')
 

@@ -94,7 +94,7 @@ def write_json(path: str, value) -> None:
   os.replace(path + '.tmp', path)
 
 
-def _write_text(path: str, text: str) -> None:
+def write_text(path: str, text: str) -> None:
   with open(path + '.tmp', 'w', encoding='utf-8') as f:
     f.write(text)
   os.replace(path + '.tmp', path)
@@ -112,7 +112,7 @@ def write_seeds(workdir: str, config, description: str, budget: dict, score: tup
   for seed, named in files.items():
     os.makedirs(os.path.join(workdir, f'seed_{seed}'), exist_ok=True)
     for name, value in named.items():
-      write = _write_text if isinstance(value, str) else write_json
+      write = write_text if isinstance(value, str) else write_json
       write(os.path.join(workdir, f'seed_{seed}', name), value)
       if seed == chosen:
         write(os.path.join(workdir, name), value)

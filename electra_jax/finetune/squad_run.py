@@ -106,8 +106,7 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   dev_windows, dev_contexts, _ = build(dev_set, training=False)
   total_steps = max(1, int(len(train_windows.input_ids) * config.num_epochs / config.batch_size))
 
-  os.makedirs(workdir, exist_ok=True)
-  config_lib.save_config(config, workdir)
+  train.prepare_workdir(config, workdir)
   model = qa_model.QuestionAnswerer(start.model, config.head, task.v2 and config.head == 'electra',
                                     config.beam_size, dtype=DTYPES[config.dtype],
                                     attention=config.attention)
@@ -127,7 +126,7 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   def run_seed(seed, log):
     params = train.train_seed(config, seed, start, model, compiled, train_inputs, total_steps,
-                              schedule, log)
+                              schedule, log, workdir)
     outputs = train.predict(compiled.predict, params, dev_windows.model_inputs(),
                             config.eval_batch_size, compiled.batch_sharding)
     found = squad_predict.answers(dev_set, dev_windows, dev_contexts, outputs, config.head,

@@ -26,10 +26,12 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
+import orbax.checkpoint as ocp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from electra_jax import config as config_lib, nonfinite, optim as pretrain_optim
+from electra_jax import checkpoint, config as config_lib, nonfinite, optim as pretrain_optim
 from electra_jax import train as pretrain
+from electra_jax.errors import UsageError
 from electra_jax.finetune import cpu_threefry, features, glue_data, init, metrics, optim, results
 from electra_jax.finetune import model as model_lib, settings, tasks
 
@@ -138,9 +140,30 @@ def train_examples(config, task, data):
   return examples, used
 
 
+def seed_manager(workdir: str, seed: int) -> ocp.CheckpointManager:
+  """Orbax checkpoints of one seed's training state, DIR/checkpoints/seed_<seed>/<step>/; the
+  latest one is kept (a finished seed's final state, or where a killed one resumes)."""
+  options = ocp.CheckpointManagerOptions(max_to_keep=1, enable_async_checkpointing=True)
+  folder = os.path.join(os.path.abspath(workdir), 'checkpoints', f'seed_{seed}')
+  return ocp.CheckpointManager(folder, options=options,
+                               item_handlers=ocp.StandardCheckpointHandler())
+
+
+def saved_step(workdir: str, seed: int) -> int:
+  """The step of seed's latest committed checkpoint (Orbax's uncommitted ones carry a suffix)."""
+  folder = os.path.join(workdir, 'checkpoints', f'seed_{seed}')
+  steps = [int(n) for n in os.listdir(folder) if n.isdigit()] if os.path.isdir(folder) else []
+  return max(steps, default=0)
+
+
 def train_seed(config, seed, start, model, compiled, train_inputs, total_steps, schedule,
-               log):
-  """The parameters trained from a fresh head (seed); train_inputs are on the devices."""
+               log, workdir):
+  """The parameters trained from a fresh head (seed); train_inputs are on the devices.
+
+  Resumes from the seed's checkpoint in `workdir` where there is one: its state holds the step,
+  and the step's batch and dropout key are functions of (seed, step), so a resumed seed trains
+  exactly as an uninterrupted one. A finished seed's final state is returned without training.
+  """
   params = init.initial_params(model, start, seed, config.max_seq_length)
   # Head and dropout keys both come from the seed; every leaf is replicated on the mesh, as the
   # compiled step expects (so no seed triggers a second compilation).
@@ -149,36 +172,52 @@ def train_seed(config, seed, start, model, compiled, train_inputs, total_steps, 
       rng=jax.random.fold_in(jax.random.PRNGKey(seed), 1)), compiled.replicated)
   order = jax.device_put(batch_order(len(train_inputs['input_ids']), config.batch_size,
                                      total_steps, seed), compiled.order_sharding)
-  window, skipped, started = [], [], time.perf_counter()
-  watch = nonfinite.start()
-  for step in range(total_steps):
-    state, loss, bad = compiled.step(state, train_inputs, order)
-    watch = nonfinite.watch(watch, bad, state.step)
-    window.append(loss)
-    skipped.append(bad)
-    done = step + 1
-    if done % config.log_every == 0 or done == total_steps:
-      seen, watch = nonfinite.read(watch)
-      nonfinite.check(seen, config, f' of {config.task} seed {seed}',
-                      lambda: 'Fine-tuning writes no checkpoints, and no results were written')
-      applied = len(window) - int(np.sum(jax.device_get(skipped)))
-      # The mean over the applied steps (a skipped step's loss reads 0); the learning rate of
-      # the last applied update (a skipped step leaves the schedule where it was).
-      updates = pretrain_optim.applied_updates(state.opt_state)
-      log({'seed': seed, 'step': done,
-           'loss': float(np.sum(jax.device_get(window))) / applied if applied else float('nan'),
-           'skipped_steps': len(window) - applied,
-           'learning_rate': float(schedule(max(updates - 1, 0))),
-           'steps_per_s': len(window) / (time.perf_counter() - started)})
-      window, skipped, started = [], [], time.perf_counter()
+  manager = seed_manager(workdir, seed)
+  try:  # Orbax's background threads must be shut down on every way out, errors included.
+    # A seed keeps one checkpoint: if it is damaged, the seed can only start over.
+    fix = f'Delete {manager.directory} to train seed {seed} again from its start'
+    state = checkpoint.restore_latest(manager, state, fix=fix) or state
+    first_step = int(state.step)
+    if first_step:
+      logging.info('seed %d: resuming at step %d of %d', seed, first_step, total_steps)
+    window, skipped, started = [], [], time.perf_counter()
+    watch = nonfinite.start()
+    for step in range(first_step, total_steps):
+      state, loss, bad = compiled.step(state, train_inputs, order)
+      watch = nonfinite.watch(watch, bad, state.step)
+      window.append(loss)
+      skipped.append(bad)
+      done = step + 1
+      at_log = done % config.log_every == 0 or done == total_steps
+      at_save = done == total_steps or (config.save_every and done % config.save_every == 0)
+      if at_log or at_save:  # nothing after a non-finite step is saved ('stop')
+        seen, watch = nonfinite.read(watch)
+        nonfinite.check(seen, config, f' of {config.task} seed {seed}',
+                        lambda: f'{checkpoint.last_good(manager)}; no results were written')
+      if at_log:
+        applied = len(window) - int(np.sum(jax.device_get(skipped)))
+        # The mean over the applied steps (a skipped step's loss reads 0); the learning rate of
+        # the last applied update (a skipped step leaves the schedule where it was).
+        updates = pretrain_optim.applied_updates(state.opt_state)
+        log({'seed': seed, 'step': done,
+             'loss': float(np.sum(jax.device_get(window))) / applied if applied else float('nan'),
+             'skipped_steps': len(window) - applied,
+             'learning_rate': float(schedule(max(updates - 1, 0))),
+             'steps_per_s': len(window) / (time.perf_counter() - started)})
+        window, skipped, started = [], [], time.perf_counter()
+      if at_save:
+        checkpoint.save(manager, done, state)
+    manager.wait_until_finished()
+  finally:
+    manager.close()
   return state.params
 
 
 def fine_tune_seed(config, task, seed, start, model, compiled, train_inputs, eval_inputs,
-                   total_steps, schedule, log):
+                   total_steps, schedule, log, workdir):
   """Trains from a fresh head (seed) and returns (dev metrics by split, test predictions)."""
   params = train_seed(config, seed, start, model, compiled, train_inputs, total_steps,
-                      schedule, log)
+                      schedule, log, workdir)
   predict_fn, batch_sharding = compiled.predict, compiled.batch_sharding
   scores, test_predictions = {}, {}
   for name, (inputs, labels) in eval_inputs['dev'].items():
@@ -192,9 +231,23 @@ def fine_tune_seed(config, task, seed, start, model, compiled, train_inputs, eva
 
 
 def for_each_seed(config, workdir: str, total_steps: int, run_seed) -> dict:
-  """{seed: run_seed(seed, log)} over config.seeds; `log` writes a training record to
-  DIR/metrics.jsonl. run_seed's outcome starts with the seed's scores, which are logged."""
-  with open(os.path.join(workdir, 'metrics.jsonl'), 'w') as metrics_file:
+  """{seed: run_seed(seed, log)} over config.seeds; `log` appends a training record to
+  DIR/metrics.jsonl. run_seed's outcome starts with the seed's scores, which are logged.
+
+  Records of a previous run of the same command are kept up to each seed's checkpoint, where its
+  training resumes; those after it are logged again.
+  """
+  path = os.path.join(workdir, 'metrics.jsonl')
+  seeds = settings.parse_seeds(config.seeds)
+  kept = []
+  if os.path.exists(path):
+    with open(path) as f:  # a last line a kill cut short has no newline, and is dropped
+      kept = [line for line in f if line.endswith('\n') and line.strip()]
+    resumed = {seed: saved_step(workdir, seed) for seed in seeds}
+    kept = [line for line in kept
+            if json.loads(line)['step'] <= resumed.get(json.loads(line)['seed'], 0)]
+  results.write_text(path, ''.join(kept))
+  with open(path, 'a') as metrics_file:
     def log(record):
       metrics_file.write(json.dumps(record) + '\n')
       metrics_file.flush()
@@ -203,10 +256,34 @@ def for_each_seed(config, workdir: str, total_steps: int, run_seed) -> dict:
                    record['steps_per_s'])
 
     outcomes = {}
-    for seed in settings.parse_seeds(config.seeds):
+    for seed in seeds:
       outcomes[seed] = run_seed(seed, log)
       logging.info('seed %d: %s', seed, results.format_scores(outcomes[seed][0]))
   return outcomes
+
+
+# Fields that may change between a killed run and its rerun: they change no seed's training.
+RERUN_MAY_CHANGE = ('seeds', 'log_every', 'save_every', 'predict_test', 'eval_batch_size',
+                    'on_nonfinite', 'max_consecutive_skips')
+
+
+def prepare_workdir(config, workdir: str):
+  """Creates DIR and writes the resolved config, refusing a DIR whose seed checkpoints were
+  trained with another recipe: resuming them would mix two runs."""
+  os.makedirs(workdir, exist_ok=True)
+  saved_path = os.path.join(workdir, 'config.json')
+  if os.path.isdir(os.path.join(workdir, 'checkpoints')) and os.path.exists(saved_path):
+    with open(saved_path) as f:
+      saved = json.load(f)
+    now = json.loads(config.to_json())
+    changed = [f'{k}: saved {saved.get(k)!r}, now {now.get(k)!r}'
+               for k in sorted(set(saved) | set(now))
+               if k not in RERUN_MAY_CHANGE and saved.get(k) != now.get(k)]
+    if changed:
+      raise UsageError(f'{workdir} holds seed checkpoints of another fine-tuning run '
+                       f'({"; ".join(changed[:3])}); use a new --workdir, or the command that '
+                       'run was started with to continue it')
+  config_lib.save_config(config, workdir)
 
 
 def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
@@ -219,17 +296,16 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   data = glue_data.load(task, config.data_dir, config.tfds_name, config.tfds_data_dir,
                         config.predict_test)
   train_set, used = train_examples(config, task, data)
-  train_inputs = {**features.encode(train_set, start.vocab, config.max_seq_length),
-                  'labels': train_set.labels}
-  eval_inputs = {
-      'dev': {name: (features.encode(ex, start.vocab, config.max_seq_length), ex.labels)
-              for name, ex in data.dev.items()},
-      'test': {name: features.encode(ex, start.vocab, config.max_seq_length)
-               for name, ex in data.test.items()}}
+  # Each set is cut to its longest example: the step and predictions then cost what the data
+  # needs, not max_seq_length (one more compilation per distinct length, a few at most).
+  encode = lambda examples: features.trim_padding(
+      features.encode(examples, start.vocab, config.max_seq_length))
+  train_inputs = {**encode(train_set), 'labels': train_set.labels}
+  eval_inputs = {'dev': {name: (encode(ex), ex.labels) for name, ex in data.dev.items()},
+                 'test': {name: encode(ex) for name, ex in data.test.items()}}
   total_steps = max(1, int(len(train_set) * config.num_epochs / config.batch_size))
 
-  os.makedirs(workdir, exist_ok=True)
-  config_lib.save_config(config, workdir)
+  prepare_workdir(config, workdir)
   model = model_lib.Classifier(start.model, task.num_outputs, config.head_dropout,
                                DTYPES[config.dtype], config.attention)
   shapes = model_lib.param_shapes(model, config.max_seq_length)
@@ -238,14 +314,15 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   train_inputs = jax.device_put(train_inputs, compiled.replicated)  # once, for every seed
   schedule = optim.learning_rate_schedule(config, total_steps)
   logging.info('%s from %s: %d training examples (%d used, %d with swapped pairs), %d steps of '
-               '%d, lr %g, layer decay %g, seeds %s', task.name, start.description,
-               len(data.train), used, len(train_set), total_steps, config.batch_size,
+               '%d (length %d of %d), lr %g, layer decay %g, seeds %s', task.name,
+               start.description, len(data.train), used, len(train_set), total_steps,
+               config.batch_size, train_inputs['input_ids'].shape[1], config.max_seq_length,
                config.learning_rate, config.layer_decay, config.seeds)
 
   started = time.perf_counter()
   outcomes = for_each_seed(config, workdir, total_steps, lambda seed, log: fine_tune_seed(
       config, task, seed, start, model, compiled, train_inputs, eval_inputs, total_steps,
-      schedule, log))
+      schedule, log, workdir))
   per_seed = {seed: scores for seed, (scores, _) in outcomes.items()}
   predictions = {seed: test for seed, (_, test) in outcomes.items()}
   budget = {'train_examples': used, 'train_pairs_with_swaps': len(train_set),

@@ -1,7 +1,8 @@
 """A run's checkpoint -> transformers directories: DIR/discriminator and DIR/generator.
 
 A run of objective 'mlm' has one network, exported as DIR/mlm (an ElectraForMaskedLM at the
-discriminator's sizes). Each directory is complete on its own: config.json, model.safetensors
+discriminator's sizes); 'replace_mlm' and 'all_tokens_mlm' runs export DIR/mlm and DIR/generator
+('electra_15' is exported as 'electra'). Each directory is complete on its own: config.json, model.safetensors
 (with its own copy of the shared embedding block) and the tokenizer files, so
 `from_pretrained(DIR/discriminator)` and `pipeline("fill-mask", DIR/generator)` work offline.
 """
@@ -15,13 +16,17 @@ import jax
 import ml_collections
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from electra_jax import checkpoint, config as config_lib, input_pipeline, objective, optim
-from electra_jax import storage, train
+from electra_jax import checkpoint, config as config_lib, input_pipeline, optim
+from electra_jax import model as model_lib, storage, train
 from electra_jax.errors import UsageError
 from electra_jax.hf import files, model_config, params as params_lib, tokenizer
 
 # The networks (params.NETWORKS) a run exports, by its objective; each gets DIR/<network>.
-EXPORTED = {'electra': ('discriminator', 'generator'), 'mlm': ('mlm',)}
+# The ablations' discriminator-sized MLM is an ElectraForMaskedLM ('mlm'); All-Tokens MLM's copy
+# head has no transformers counterpart and is left out (the export is its softmax part).
+EXPORTED = {'electra': ('discriminator', 'generator'), 'mlm': ('mlm',),
+            'electra_15': ('discriminator', 'generator'),
+            'replace_mlm': ('mlm', 'generator'), 'all_tokens_mlm': ('mlm', 'generator')}
 
 
 class Run(NamedTuple):
@@ -45,7 +50,7 @@ def load_run_config(workdir: str) -> ml_collections.ConfigDict:
 def abstract_state(config: ml_collections.ConfigDict) -> train.TrainState:
   """The trainer's state as shapes, replicated on this host's devices, allocating nothing."""
   replicated = NamedSharding(train.make_mesh(), P())
-  return train.abstract_train_state(config, objective.get(config).model(config.model),
+  return train.abstract_train_state(config, train.make_model(config),
                                     optim.make_optimizer(config), replicated)
 
 
@@ -82,10 +87,18 @@ def export_params(params: dict[str, Any], model: ml_collections.ConfigDict, voca
   for network in EXPORTED[objective_name]:
     path = os.path.join(out_dir, network)
     files.write_model_dir(path, model_config.to_hf(model, network),
-                          params_lib.to_hf(params, network))
+                          network_tensors(params, network))
     tokenizer.write_tokenizer(vocab, path, model_max_length=model.max_position_embeddings)
     written[network] = path
   return written
+
+
+def network_tensors(params: dict[str, Any], network: str) -> dict[str, Any]:
+  """The HF tensors of `network`; the discriminator's word table is the one it reads (under
+  GDES the generator's table plus the discriminator's delta)."""
+  if network == 'discriminator':
+    params = model_lib.discriminator_view(params)
+  return params_lib.to_hf(params, network)
 
 
 def _existing_outputs(out_dir: str, networks: tuple[str, ...], overwrite: bool) -> list[str]:

@@ -179,7 +179,7 @@ def import_checkpoint(config: ml_collections.ConfigDict, workdir: str, hf_dir: s
   storage.makedirs(workdir)
   storage.copy_file(vocab_path, input_pipeline.run_vocab_path(workdir, vocab_path))
   manager = checkpoint.make_manager(workdir, config.keep_checkpoints)
-  checkpoint.save(manager, 0, state)
+  checkpoint.save(manager, 0, state, checkpoint.identity(config))
   manager.wait_until_finished()
   manager.close()
   config_lib.save_config(config, workdir)

@@ -18,6 +18,9 @@ from electra_jax.hf import params as params_lib
 from electra_jax.errors import UsageError
 
 ARCHITECTURES = {'discriminator': 'ElectraForPreTraining', 'generator': 'ElectraForMaskedLM'}
+# Fine-tuned models, written by hf/finetuned.py and never imported.
+TASK_ARCHITECTURES = {'qa': 'ElectraForQuestionAnswering',
+                      'tagger': 'ElectraForTokenClassification'}
 # ElectraConfig's defaults for fields a hand-written config.json may leave out.
 _DEFAULTS = {'hidden_act': 'gelu', 'layer_norm_eps': 1e-12, 'max_position_embeddings': 512,
              'type_vocab_size': 2, 'hidden_dropout_prob': 0.1,
@@ -43,8 +46,10 @@ def to_hf(model_config: ml_collections.ConfigDict, network: str) -> dict[str, An
     heads, ffn = generator_shape(width)
   else:
     width, heads, ffn = m.hidden_size, m.num_heads, m.intermediate_size
+  kind = params_lib.NETWORKS[network].kind
+  architecture = ARCHITECTURES[kind] if kind in ARCHITECTURES else TASK_ARCHITECTURES[kind]
   return {
-      'architectures': [ARCHITECTURES[params_lib.NETWORKS[network].kind]],
+      'architectures': [architecture],
       'model_type': 'electra',
       'vocab_size': m.vocab_size,
       'embedding_size': m.embedding_size,

@@ -33,6 +33,9 @@ NETWORKS = {
     'discriminator': Network('discriminator', 'discriminator_head', 'discriminator'),
     'generator': Network('generator', 'generator_head', 'generator'),
     'mlm': Network('discriminator', 'mlm_head', 'generator'),
+    # Fine-tuned models (hf/finetuned.py), export only: the discriminator under a task's head.
+    'qa': Network('discriminator', 'qa_outputs', 'qa'),
+    'tagger': Network('discriminator', 'classifier', 'tagger'),
 }
 # Non-parameter buffers that older transformers versions saved with the weights.
 IGNORED = ('electra.embeddings.position_ids', 'electra.embeddings.token_type_ids')
@@ -84,7 +87,9 @@ def name_pairs(network: str, num_layers: int, has_projection: bool) -> list[Pair
     pairs += _linear('electra.embeddings_project', (encoder, 'embeddings_project'))
   for i in range(num_layers):
     pairs += _encoder_layer(i, encoder)
-  if kind == 'discriminator':
+  if kind in ('qa', 'tagger'):  # ElectraForQuestionAnswering's qa_outputs, or the tagger's
+    pairs += _linear('qa_outputs' if kind == 'qa' else 'classifier', (head,))
+  elif kind == 'discriminator':
     pairs += _linear('discriminator_predictions.dense', (head, 'dense'))
     pairs += _linear('discriminator_predictions.dense_prediction', (head, 'prediction'))
   else:

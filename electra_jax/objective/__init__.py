@@ -4,6 +4,11 @@
                sampling and relabelling (`Masked`, `Prepared`, `SpecialIds`)
   electra.py   'electra': generator MLM + replaced-token detection (the paper's method)
   mlm.py       'mlm': BERT's masked language model at the discriminator's size, no generator
+  The paper's ablations (Clark et al., 2020, section 3.2 / Table 5):
+  electra_15.py      'electra_15': ELECTRA with the RTD loss at the selected positions only
+  replace_mlm.py     'replace_mlm': generator samples instead of [MASK]; a discriminator-sized
+                     MLM predicts the originals there
+  all_tokens_mlm.py  'all_tokens_mlm': Replace MLM predicting every token, copy mechanism
 
 An objective is the network it trains and two pure functions:
   prepare(rng, input_ids, config, special) -> Prepared
@@ -18,13 +23,14 @@ Adding one: its module beside these, an entry in OBJECTIVES, its FLOPs in flops.
 exports in hf/exporting.EXPORTED; `summarize` reports whatever known statistics it returns.
 """
 
+import functools
 from typing import Callable, NamedTuple
 
 import jax
 import ml_collections
 
 from electra_jax import model as model_lib
-from electra_jax.objective import electra, mlm
+from electra_jax.objective import all_tokens_mlm, electra, electra_15, mlm, replace_mlm
 # The shared pieces, also reachable as objective.<name>.
 from electra_jax.objective.masking import (  # noqa: F401
     Masked, Prepared, SpecialIds, bert_mask_inputs, mask_inputs, num_slots, replace_and_label,
@@ -32,7 +38,7 @@ from electra_jax.objective.masking import (  # noqa: F401
 
 
 class Objective(NamedTuple):
-  model: type              # the Flax module it trains: model(config.model, dtype=..., ...)
+  model: Callable          # the Flax module it trains: model(config.model, dtype=..., ...)
   prepare: Callable        # see the module doc
   partial_loss: Callable
 
@@ -40,6 +46,10 @@ class Objective(NamedTuple):
 OBJECTIVES = {
     'electra': Objective(model_lib.Electra, electra.prepare, electra.partial_loss),
     'mlm': Objective(model_lib.MaskedLM, mlm.prepare, mlm.partial_loss),
+    'electra_15': Objective(model_lib.Electra, electra_15.prepare, electra_15.partial_loss),
+    'replace_mlm': Objective(model_lib.ReplaceMLM, replace_mlm.prepare, replace_mlm.partial_loss),
+    'all_tokens_mlm': Objective(functools.partial(model_lib.ReplaceMLM, copy_mechanism=True),
+                                all_tokens_mlm.prepare, all_tokens_mlm.partial_loss),
 }
 
 
@@ -78,7 +88,7 @@ def loss(apply_fn, params, batch, rng, config: ml_collections.ConfigDict, train:
 
 
 # Losses are per-step values (micro-batches add up to the step's), averaged over the steps.
-_MEANS = ('loss', 'mlm_loss', 'disc_loss')
+_MEANS = ('loss', 'mlm_loss', 'disc_loss', 'disc_mlm_loss', 'copy_loss')
 # Rates: metric -> (numerator, denominator), both summed over steps (and devices, micro-batches).
 _RATES = {
     'mlm_accuracy': ('mlm_correct', 'mlm_count'),
@@ -88,6 +98,8 @@ _RATES = {
     'disc_recall': ('true_positives', 'replaced_count'),
     'disc_auc': ('disc_auc', 'auc_batches'),  # the mean of the per-batch AUCs
     'replaced_fraction': ('replaced_count', 'token_count'),
+    'disc_mlm_accuracy': ('disc_mlm_correct', 'disc_mlm_count'),  # the ablations' MLM
+    'copy_accuracy': ('copy_correct', 'token_count'),
 }
 
 

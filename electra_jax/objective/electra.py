@@ -59,12 +59,12 @@ def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng,
       'loss': loss, 'mlm_loss': mlm_loss, 'disc_loss': disc_loss,
       **mlm.accuracy_counts(gen_logits, masked),
       'sampled_correct': jnp.sum((sampled == masked.targets) * masked.weights),
-      **_disc_counts(disc_logits, labels, input_mask),
+      **disc_counts(disc_logits, labels, input_mask),
   }
   return loss, stats
 
 
-def _disc_counts(disc_logits, labels, input_mask):
+def disc_counts(disc_logits, labels, input_mask):
   """Confusion counts at threshold 0.5 and the batch's exact ROC AUC."""
   predicted = (disc_logits > 0).astype(jnp.float32)
   positives = labels * input_mask

@@ -1,0 +1,409 @@
+"""The real train step compiled for a TPU slice on a host without one, and what it will cost.
+
+libtpu can describe a slice it is not running on (`jax.experimental.topologies`) and compile for
+it: `jit(step).lower(abstract inputs).compile()` builds the TPU executable on a CPU host, with
+XLA's own memory and cost analyses and the partitioned program text. Nothing runs, so nothing is
+timed: step times here are a lower bound from the roofline, not a measurement.
+
+What is compiled is the step training runs, built by train.py's (or finetune/train.py's) own
+functions: same model, objective, optimizer, shardings, donation, dtype, remat and gradient
+accumulation. Only the inputs are abstract (shapes, dtypes and shardings).
+"""
+
+import functools
+import re
+import time
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from electra_jax import flops, optim, train
+from electra_jax.errors import UsageError
+
+GIB = 1 << 30
+
+
+class Chip(NamedTuple):
+  """One chip's data-sheet numbers (one JAX device per chip on every generation listed)."""
+  hbm_bytes: int
+  peak_bf16_flops: float
+  hbm_bytes_per_s: float
+
+
+# Cloud TPU data sheets, per chip (cloud.google.com/tpu/docs/v4, /v5e, /v5p, /v6e, "System
+# architecture"): v4 32 GiB HBM2 at 1,200 GB/s, 275 TFLOP/s bfloat16; v5e 16 GiB at 819 GB/s,
+# 197 TFLOP/s; v5p 95 GiB at 2,765 GB/s, 459 TFLOP/s; v6e (Trillium) 32 GiB at 1,640 GB/s,
+# 918 TFLOP/s. The peaks are flops.PEAK_BF16_FLOPS's, so MFU means the same thing everywhere.
+CHIPS = {
+    'v4': Chip(32 * GIB, 275e12, 1200e9),
+    'v5litepod': Chip(16 * GIB, 197e12, 819e9),
+    'v5p': Chip(95 * GIB, 459e12, 2765e9),
+    'v6e': Chip(32 * GIB, 918e12, 1640e9),
+}
+
+# Slice shapes in chips as libtpu names them. v4 and v5p count TensorCores in the slice's name
+# (two per chip, one "megacore" device); v5e and v6e count chips. A v4/v5p host holds 2x2x1
+# chips; a v5e/v6e host holds up to 8 (2x4) on one-host slices and 2x2 on multi-host ones.
+_CUBE = {4: '2x2x1', 8: '2x2x2', 16: '2x2x4', 32: '2x4x4', 64: '4x4x4', 128: '4x4x8'}
+_PLANE = {1: '1x1', 4: '2x2', 8: '2x4', 16: '4x4', 32: '4x8', 64: '8x8', 128: '8x16',
+          256: '16x16'}
+_LIBTPU_NAME = {'v4': 'v4', 'v5p': 'v5', 'v5litepod': 'v5e', 'v6e': 'v6e'}
+
+
+class Slice(NamedTuple):
+  name: str                 # as gcloud and launch/ name it: v4-8, v5litepod-16, ...
+  chip: Chip
+  devices: list             # compile-only devices, one per chip
+  hosts: int
+
+
+def slice_devices(name: str) -> Slice:
+  """The compile-only devices of the TPU slice `name` (e.g. 'v4-8', 'v5litepod-16', 'v6e-8')."""
+  generation, _, count = name.rpartition('-')
+  if generation not in CHIPS or not count.isdigit():
+    raise UsageError(f'--topology={name!r}: use <generation>-<size> with a generation of '
+                     f'{", ".join(CHIPS)} (e.g. v4-8, v5litepod-8, v6e-8, v4-32)')
+  megacore = generation in ('v4', 'v5p')
+  chips = int(count) // 2 if megacore else int(count)
+  shapes = _CUBE if megacore else _PLANE
+  if chips not in shapes:
+    sizes = sorted(n * 2 if megacore else n for n in shapes)
+    raise UsageError(f'--topology={name!r}: known {generation} sizes are '
+                     f'{", ".join(f"{generation}-{n}" for n in sizes)}')
+  if megacore:
+    per_host = (2, 2, 1)
+  else:
+    per_host = (2, 4, 1) if chips == 8 else (min(chips, 2), min(chips, 2), 1)
+  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
+  try:
+    topology = topologies.get_topology_desc(
+        f'{_LIBTPU_NAME[generation]}:{shapes[chips]}', 'tpu',
+        chip_config_name='megacore' if megacore else 'default', chips_per_host_bounds=per_host,
+        num_slices=1)
+  except Exception as e:  # pylint: disable=broad-except  (libtpu absent or refusing: say which)
+    raise UsageError(f'cannot describe the TPU slice {name} on this host ({e}); compiling for '
+                     'a TPU needs libtpu: pip install "jax[tpu]"') from e
+  devices = list(topology.devices)
+  return Slice(name, CHIPS[generation], devices, len({d.process_index for d in devices}))
+
+
+# --- Building the steps: train.py's and finetune/train.py's own functions, abstract inputs. ---
+
+def lower_pretrain_step(config: ml_collections.ConfigDict, devices):
+  """(lowered train step, its abstract state) of pretraining on `devices`."""
+  mesh = train.make_mesh(devices)
+  model = train.make_model(config)
+  optimizer = optim.make_optimizer(config)
+  step, _, replicated, batch_sharding = train.compile_steps(config, model, optimizer, mesh)
+  state = train.abstract_train_state(config, model, optimizer, replicated)
+  tokens = jax.ShapeDtypeStruct((config.batch_size, config.max_seq_length), jnp.int32,
+                                sharding=batch_sharding)
+  batch = {'input_ids': tokens, 'segment_ids': tokens}  # what input_pipeline delivers
+  # The loop passes fold_in(state.rng, step): the state's key's shape, dtype and sharding.
+  return step.lower(state, batch, state.rng), state, batch
+
+
+def lower_finetune_step(config: ml_collections.ConfigDict, devices, num_examples: int,
+                        num_outputs: int = 2):
+  """(lowered fine-tuning step, its abstract state, its data) of a GLUE classifier on `devices`.
+
+  `config` is a resolved fine-tuning config (settings.resolve) with the pretrained model in
+  config.model. The step holds the whole tokenized training set (`num_examples` rows,
+  replicated) and the [steps, batch] order on the devices, as finetune/train.py places them.
+  """
+  from electra_jax.finetune import model as model_lib, optim as ft_optim  # pylint: disable=g-import-not-at-top
+  from electra_jax.finetune import train as ft_train  # pylint: disable=g-import-not-at-top
+  model = model_lib.Classifier(config.model, num_outputs, config.head_dropout,
+                               ft_train.DTYPES[config.dtype], config.attention)
+  shapes = model_lib.param_shapes(model, config.max_seq_length)
+  total_steps = max(1, int(num_examples * config.num_epochs / config.batch_size))
+  optimizer = ft_optim.make_optimizer(config, shapes, config.model.num_layers, total_steps)
+  compiled = ft_train.compile_steps(model, optimizer, num_outputs == 1, train.make_mesh(devices))
+  init = lambda: train.TrainState(step=jnp.zeros([], jnp.int32), params=shapes,
+                                  opt_state=optimizer.init(shapes),
+                                  rng=jax.random.PRNGKey(0))
+  state = jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=compiled.replicated),
+      jax.eval_shape(init))
+  rows = lambda dtype: jax.ShapeDtypeStruct((num_examples, config.max_seq_length), dtype,
+                                            sharding=compiled.replicated)
+  inputs = {'input_ids': rows(jnp.int32), 'segment_ids': rows(jnp.int32),
+            'labels': jax.ShapeDtypeStruct((num_examples,),
+                                           jnp.float32 if num_outputs == 1 else jnp.int32,
+                                           sharding=compiled.replicated)}
+  order = jax.ShapeDtypeStruct((total_steps, config.batch_size), jnp.int64
+                               if jax.config.jax_enable_x64 else jnp.int32,
+                               sharding=compiled.order_sharding)
+  return compiled.step.lower(state, inputs, order), state, {'inputs': inputs, 'order': order}
+
+
+# --- Reading the compiled program. ---
+
+def tree_bytes(tree, per_device: bool = True) -> int:
+  """Bytes of the abstract arrays in `tree` on one device (its shard of each)."""
+  total = 0
+  for leaf in jax.tree.leaves(tree):
+    shape = leaf.sharding.shard_shape(leaf.shape) if per_device else leaf.shape
+    count = 1
+    for n in shape:
+      count *= n
+    total += count * jnp.dtype(leaf.dtype).itemsize
+  return total
+
+
+def memory(compiled, hbm_bytes: int) -> dict:
+  """XLA's memory analysis of one device's program, in bytes.
+
+  Donated inputs alias outputs (the new state is written over the old), so the total counts
+  them once: arguments + outputs - aliased + temporaries + the program itself.
+  """
+  m = compiled.memory_analysis()
+  total = (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+           + m.temp_size_in_bytes + m.generated_code_size_in_bytes)
+  return {'arguments': m.argument_size_in_bytes, 'outputs': m.output_size_in_bytes,
+          'aliased': m.alias_size_in_bytes, 'temporaries': m.temp_size_in_bytes,
+          'program': m.generated_code_size_in_bytes, 'total': total, 'hbm': hbm_bytes,
+          'fits': total <= hbm_bytes}
+
+
+def cost(compiled) -> dict:
+  """XLA's count of one device's FLOPs and HBM bytes accessed per step."""
+  analysis = compiled.cost_analysis()
+  if isinstance(analysis, (list, tuple)):  # older JAX: one dict per program
+    analysis = analysis[0]
+  return {'flops': float(analysis.get('flops', 0.0)),
+          'bytes_accessed': float(analysis.get('bytes accessed', 0.0))}
+
+
+COLLECTIVES = ('all-reduce', 'all-gather', 'reduce-scatter', 'all-to-all', 'collective-permute')
+_DTYPE_BYTES = {'pred': 1, 's8': 1, 'u8': 1, 's16': 2, 'u16': 2, 'f16': 2, 'bf16': 2, 's32': 4,
+                'u32': 4, 'f32': 4, 's64': 8, 'u64': 8, 'f64': 8}
+# `%name = <result shape> <opcode>(operands), ...`; async pairs appear as <op>-start/<op>-done.
+_INSTRUCTION = re.compile(r'^\s*(?:ROOT\s+)?%\S+\s*=\s*(?P<shape>.+?)\s+'
+                          r'(?P<op>' + '|'.join(COLLECTIVES) + r')(?P<suffix>-start|-done)?\(')
+_ARRAY = re.compile(r'\b(' + '|'.join(_DTYPE_BYTES) + r')\[([\d,]*)\]')
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+
+
+def _arrays(shape_text: str) -> list[tuple[str, tuple[int, ...]]]:
+  return [(dtype, tuple(int(n) for n in dims.split(',') if n))
+          for dtype, dims in _ARRAY.findall(shape_text)]
+
+
+def collectives(hlo_text: str) -> list[dict]:
+  """Every collective of a compiled (partitioned) HLO module: op, arrays, bytes, source op.
+
+  An async pair counts once, at its -start. An all-gather-start's or collective-permute-start's
+  result holds its operands and then its results: only the second half is what it moves.
+  """
+  found = []
+  for line in hlo_text.splitlines():
+    match = _INSTRUCTION.match(line)
+    if not match or match['suffix'] == '-done':
+      continue
+    arrays = _arrays(match['shape'])
+    if match['suffix'] == '-start' and match['op'] in ('all-gather', 'collective-permute'):
+      arrays = arrays[len(arrays) // 2:]
+    elements = [functools.reduce(lambda a, b: a * b, dims, 1) for _, dims in arrays]
+    op_name = _OP_NAME.search(line)
+    found.append({'op': match['op'], 'arrays': arrays, 'elements': sum(elements),
+                  'bytes': sum(n * _DTYPE_BYTES[d] for n, (d, _) in zip(elements, arrays)),
+                  'source': op_name[1] if op_name else ''})
+  return found
+
+
+def collective_summary(found: list[dict], params) -> dict:
+  """Counts and bytes per kind of collective, checked against data parallelism's one all-reduce.
+
+  Pure data parallelism all-reduces every gradient once per step: the all-reduced elements come
+  to the parameter count, plus a few scalars (the step's statistics). An all-gather whose result
+  has a parameter's shape would mean parameters (or optimizer state) sharded and re-gathered.
+  What XLA actually emits for ELECTRA is a little more (PERFORMANCE.md, "Compiled for a TPU"):
+  the shared embedding block gets one gradient from the generator and one from the
+  discriminator, and XLA all-reduces the two partial sums separately before adding them.
+  """
+  summary = {}
+  for kind in COLLECTIVES:
+    ops = [c for c in found if c['op'] == kind]
+    if ops:
+      summary[kind] = {'count': len(ops), 'bytes': sum(c['bytes'] for c in ops),
+                       'elements': sum(c['elements'] for c in ops)}
+  param_shapes = {tuple(p.shape) for p in jax.tree.leaves(params)}
+  reduced = [(dtype, dims) for c in found if c['op'] == 'all-reduce' for dtype, dims in c['arrays']]
+  gathers = [c for c in found if c['op'] == 'all-gather']
+  parameters = sum(p.size for p in jax.tree.leaves(params))
+  arrays = sum(functools.reduce(lambda a, b: a * b, dims, 1) for _, dims in reduced if dims)
+  summary['gradient'] = {
+      'parameters': parameters,
+      # Arrays (not scalars: those are the step's statistics) all-reduced per step, in elements.
+      'all_reduced_array_elements': arrays,
+      'all_reduced_scalars': sum(1 for _, dims in reduced if not dims),
+      'all_reduced_over_parameters': arrays / parameters if parameters else None,
+      'all_gathers_of_parameter_shape': sum(
+          1 for c in gathers for _, dims in c['arrays'] if dims in param_shapes),
+      'all_gather_sources': sorted({c['source'] for c in gathers}),
+  }
+  return summary
+
+
+def roofline(xla_cost: dict, model_flops_per_chip: float, chip: Chip) -> dict:
+  """The step can take no less than its FLOPs at peak or its HBM bytes at full bandwidth."""
+  compute_s = xla_cost['flops'] / chip.peak_bf16_flops
+  memory_s = xla_cost['bytes_accessed'] / chip.hbm_bytes_per_s
+  bound = max(compute_s, memory_s)
+  return {'compute_s': compute_s, 'memory_s': memory_s, 'step_s_lower_bound': bound,
+          'bound_by': 'compute' if compute_s >= memory_s else 'memory',
+          'mfu_ceiling': model_flops_per_chip / chip.peak_bf16_flops / bound if bound else None}
+
+
+# --- One compilation, and the batch search over many. ---
+
+def _out_of_memory(error: Exception) -> bool:
+  text = str(error)
+  return 'RESOURCE_EXHAUSTED' in text or 'Ran out of memory' in text
+
+
+def compile_pretrain(config, devices, hbm_bytes: int):
+  """(compiled step or None if it cannot fit, memory dict, seconds, lowered, state, batch)."""
+  start = time.perf_counter()
+  lowered, state, batch = lower_pretrain_step(config, devices)
+  try:
+    compiled = lowered.compile()
+  except jax.errors.JaxRuntimeError as e:
+    if not _out_of_memory(e):
+      raise
+    return None, {'fits': False, 'error': str(e).splitlines()[0][:400]}, \
+        time.perf_counter() - start, lowered, state, batch
+  return (compiled, memory(compiled, hbm_bytes), time.perf_counter() - start, lowered, state,
+          batch)
+
+
+def with_batch(config, batch_size: int, **overrides) -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict(config.to_dict())
+  c.batch_size = batch_size
+  c.update(overrides)
+  return c
+
+
+def largest_batch(config, devices, hbm_bytes: int, limit: int = 1 << 14) -> dict:
+  """The largest per-chip batch (a multiple of grad_accum_steps) whose step fits in HBM.
+
+  Memory grows linearly in the batch, so two compilations predict the answer and a few more
+  confirm it: the prediction, then a step above (or a bisection below).
+  """
+  n, unit = len(devices), config.grad_accum_steps
+  compiled_sizes = {}
+
+  def total(per_chip):
+    if per_chip not in compiled_sizes:
+      _, mem, _, _, _, _ = compile_pretrain(with_batch(config, per_chip * n), devices, hbm_bytes)
+      compiled_sizes[per_chip] = mem['total'] if mem['fits'] else None
+    return compiled_sizes[per_chip]
+
+  if total(unit) is None:
+    return {'per_chip_batch': 0, 'compilations': len(compiled_sizes)}
+  if total(2 * unit) is None:
+    return {'per_chip_batch': unit, 'compilations': len(compiled_sizes)}
+  per_example = (total(2 * unit) - total(unit)) / unit
+  guess = unit * max(2, min(limit // unit, int(
+      (hbm_bytes - total(unit)) / max(per_example, 1) // unit + 1)))
+  if total(guess) is not None:
+    low, high = guess, None
+    while high is None and low < limit:  # the prediction fits: step up until one does not
+      step = max(unit, low // 64 // unit * unit)
+      if total(low + step) is None:
+        high = low + step
+      else:
+        low += step
+    high = high or limit + unit
+  else:
+    low, high = 2 * unit, guess
+  while high - low > unit:  # bisect in multiples of `unit`
+    middle = (low + high) // 2 // unit * unit
+    if total(middle) is None:
+      high = middle
+    else:
+      low = middle
+  return {'per_chip_batch': low, 'global_batch': low * n, 'compilations': len(compiled_sizes),
+          'bytes_at_that_batch': total(low)}
+
+
+def analyse(compiled, seconds: float, state, data, model_flops: float, sliced: Slice) -> dict:
+  """The record of one compiled step: memory, FLOPs, roofline, collectives, compile time."""
+  chips = len(sliced.devices)
+  mem = memory(compiled, sliced.chip.hbm_bytes)
+  mem = {'params': tree_bytes(state.params), 'optimizer_state': tree_bytes(state.opt_state),
+         'batch': tree_bytes(data), **mem}
+  xla = cost(compiled)
+  model_per_chip = model_flops / chips
+  return {
+      'compile_s': round(seconds, 2),
+      'bytes_per_chip': mem,
+      'flops_per_chip': {'xla': xla['flops'], 'model': model_per_chip,
+                         'xla_over_model': xla['flops'] / model_per_chip if model_per_chip else None},
+      'hbm_bytes_accessed_per_chip': xla['bytes_accessed'],
+      'roofline': roofline(xla, model_per_chip, sliced.chip),
+      'collectives': collective_summary(collectives(compiled.as_text()), state.params),
+  }
+
+
+def slice_record(sliced: Slice) -> dict:
+  return {'topology': sliced.name, 'chips': len(sliced.devices), 'hosts': sliced.hosts,
+          'device_kind': sliced.devices[0].device_kind,
+          'chip': {'hbm_bytes': sliced.chip.hbm_bytes,
+                   'peak_bf16_flops': sliced.chip.peak_bf16_flops,
+                   'hbm_bytes_per_s': sliced.chip.hbm_bytes_per_s}}
+
+
+def pretrain_report(config: ml_collections.ConfigDict, sliced: Slice,
+                    search_batch: bool = True) -> dict:
+  """One JSON-ready record for pretraining `config` on `sliced` (see the module doc)."""
+  chips = len(sliced.devices)
+  record = {'step': 'pretrain', **slice_record(sliced), 'jax': jax.__version__,
+            'objective': config.objective, 'dtype': config.dtype,
+            'batch_size': config.batch_size, 'per_chip_batch': config.batch_size / chips,
+            'max_seq_length': config.max_seq_length, 'remat': config.remat,
+            'grad_accum_steps': config.grad_accum_steps, 'rng_impl': config.get('rng_impl')}
+  compiled, mem, seconds, _, state, batch = compile_pretrain(config, sliced.devices,
+                                                             sliced.chip.hbm_bytes)
+  if compiled is None:
+    record.update({'compile_s': round(seconds, 2), 'bytes_per_chip': {
+        'params': tree_bytes(state.params), 'optimizer_state': tree_bytes(state.opt_state),
+        'batch': tree_bytes(batch), 'hbm': sliced.chip.hbm_bytes, **mem}})
+  else:
+    record.update(analyse(compiled, seconds, state, batch, flops.train_step_flops(config),
+                          sliced))
+  if search_batch:
+    record['largest_per_chip_batch'] = {
+        f'remat_{"on" if remat else "off"}': largest_batch(
+            with_batch(config, config.batch_size, remat=remat), sliced.devices,
+            sliced.chip.hbm_bytes)
+        for remat in (False, True)}
+  return record
+
+
+def finetune_flops(config: ml_collections.ConfigDict) -> float:
+  """Model FLOPs of one fine-tuning step: the discriminator over B x L tokens, x3 for training
+  (the head, one dense layer on [CLS], is negligible)."""
+  as_pretraining = ml_collections.ConfigDict({
+      'model': config.model.to_dict(), 'batch_size': config.batch_size,
+      'max_seq_length': config.max_seq_length, 'mask_prob': 0.15, 'objective': 'mlm'})
+  parts = flops.forward_flops(as_pretraining)
+  return 3 * (parts['discriminator'] + parts['discriminator_attention'])
+
+
+def finetune_report(config: ml_collections.ConfigDict, sliced: Slice, num_examples: int,
+                    num_outputs: int = 2) -> dict:
+  """One JSON-ready record for fine-tuning (a resolved GLUE config) on `sliced`."""
+  record = {'step': 'finetune', **slice_record(sliced), 'jax': jax.__version__,
+            'dtype': config.dtype, 'batch_size': config.batch_size,
+            'per_chip_batch': config.batch_size / len(sliced.devices),
+            'max_seq_length': config.max_seq_length, 'train_examples': num_examples}
+  start = time.perf_counter()
+  lowered, state, data = lower_finetune_step(config, sliced.devices, num_examples, num_outputs)
+  compiled = lowered.compile()
+  record.update(analyse(compiled, time.perf_counter() - start, state, data,
+                        finetune_flops(config), sliced))
+  return record

@@ -1,0 +1,110 @@
+"""A fine-tuned seed -> one transformers directory, where a standard class computes our model:
+
+  SQuAD, head 'plain'   ElectraForQuestionAnswering   (qa_outputs: dense(2) over every token)
+  chunk                 ElectraForTokenClassification (classifier: dense(labels) over every token)
+
+The others have no such class: the 'electra' QA head conditions its end logits on the start and
+searches a beam, and ELECTRA's GLUE head is one dense layer on [CLS] where
+ElectraForSequenceClassification has dense, GELU and dense. Both are refused by name.
+
+The logits are the same up to one difference of purpose: our QA head adds -1000 where an answer
+cannot lie (the question, padding); the exported layer gives the raw logits, as transformers'
+does, and the caller masks them.
+"""
+
+import json
+import os
+
+import jax
+import ml_collections
+import numpy as np
+import orbax.checkpoint as ocp
+
+from electra_jax.errors import UsageError
+from electra_jax.finetune import init as finetune_init, train as finetune_train
+from electra_jax.hf import files, model_config, params as params_lib, tokenizer
+
+SQUAD_TASKS = ('squad_v1', 'squad_v2')
+
+
+def network_of(config: ml_collections.ConfigDict) -> str:
+  """The exported network (params.NETWORKS) of a fine-tuning run, or a refusal naming why."""
+  if config.task in SQUAD_TASKS:
+    if config.head != 'plain':
+      raise UsageError(f"the '{config.head}' QA head (end logits conditioned on the start, a beam "
+                       'search) has no transformers class; fine-tune with --config.head=plain '
+                       'to export an ElectraForQuestionAnswering')
+    return 'qa'
+  if config.task == 'chunk':
+    return 'tagger'
+  raise UsageError(f"a model fine-tuned on {config.task} is not exported: ELECTRA's GLUE head "
+                   "(one dense layer on [CLS]) is not ElectraForSequenceClassification's "
+                   '(dense, GELU, dense)')
+
+
+def is_finetuned(workdir: str) -> bool:
+  """Whether `workdir` holds a fine-tuning run (its config names a task and seeds)."""
+  path = os.path.join(workdir, 'config.json')
+  if not os.path.isfile(path):
+    return False
+  with open(path) as f:
+    saved = json.load(f)
+  return 'task' in saved and 'seeds' in saved
+
+
+def load_config(workdir: str) -> ml_collections.ConfigDict:
+  path = os.path.join(workdir, 'config.json')
+  if not os.path.isfile(path):
+    raise UsageError(f"'{workdir}' holds no fine-tuning run (no config.json)")
+  with open(path) as f:
+    return ml_collections.ConfigDict(json.load(f))
+
+
+def seed_params(workdir: str, seed: int) -> tuple[dict, int]:
+  """The parameters (numpy) of seed's final checkpoint and its step."""
+  step = finetune_train.saved_step(workdir, seed)
+  folder = os.path.join(os.path.abspath(workdir), 'checkpoints', f'seed_{seed}')
+  if not step:
+    raise UsageError(f"'{workdir}' has no checkpoint of seed {seed}; fine-tune that seed first "
+                     f'(it is saved to {folder})')
+  manager = ocp.CheckpointManager(folder, item_handlers=ocp.StandardCheckpointHandler())
+  try:
+    # Restored onto one device whatever the device count it was trained on.
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
+                          manager.item_metadata(step))
+    state = manager.restore(step, args=ocp.args.StandardRestore(target))
+  finally:
+    manager.close()
+  return jax.device_get(state['params']), step
+
+
+def model_config_json(config: ml_collections.ConfigDict, network: str,
+                      labels: list[str]) -> dict:
+  """ElectraConfig of the discriminator, as the task's class with its labels."""
+  hf_config = model_config.to_hf(config.model, network)
+  hf_config['id2label'] = {str(i): label for i, label in enumerate(labels)}
+  hf_config['label2id'] = {label: i for i, label in enumerate(labels)}
+  return hf_config
+
+
+def labels_of(workdir: str, network: str) -> list[str]:
+  if network == 'qa':
+    return ['start', 'end']  # qa_outputs' two columns
+  with open(os.path.join(workdir, 'results.json')) as f:
+    return json.load(f)['labels']  # the tagger's output order
+
+
+def export_seed(workdir: str, out_dir: str, seed: int, overwrite: bool = False) -> int:
+  """Writes seed's fine-tuned model in `workdir` to `out_dir`; returns the step exported."""
+  config = load_config(workdir)
+  network = network_of(config)
+  if os.path.exists(out_dir) and os.listdir(out_dir) and not overwrite:
+    raise UsageError(f"'{out_dir}' already exists; choose another --out or pass --overwrite")
+  params, step = seed_params(workdir, seed)
+  labels = labels_of(workdir, network)
+  vocab = finetune_init.load_start(config).vocab  # the start's vocabulary, as fine-tuning read it
+  files.write_model_dir(out_dir, model_config_json(config, network, labels),
+                        params_lib.to_hf(params, network))
+  tokenizer.write_tokenizer(vocab, out_dir, model_max_length=config.max_seq_length)
+  return step

@@ -1,0 +1,91 @@
+"""The paper's 'All-Tokens MLM' ablation (Clark et al., 2020, section 3.2, Table 5: 84.3 GLUE).
+
+Replace MLM (`replace_mlm`: the generator's samples written into the selected positions) whose
+discriminator-sized network predicts the identity of EVERY token, with the paper's copy
+mechanism: a sigmoid layer gives each token a copy probability D_t, and the output
+distribution puts D_t on the input token plus (1 - D_t) times the MLM softmax:
+
+  p(x_t | x_corrupt) = D_t * 1[x_t == input_t] + (1 - D_t) * softmax(logits_t)[x_t]
+
+with x_t the original token and input_t the token the network reads at t (a sample where one
+replaced it). Per batch, over the non-padding tokens T ([CLS]/[SEP] included: every token):
+
+  MLM_all = -sum_{t in T} log p(x_t | x_corrupt) / |T|
+  copy    =  sum_{t in T} BCE(D_t, 1[input_t == x_t]) / |T|
+  loss    = gen_weight * MLM_gen + MLM_all + copy_weight * copy
+
+The extra loss on D is ours: the paper's text (as the reference notes have it) names the copy
+mechanism but no loss for D besides the likelihood above. We add the binary cross-entropy of D
+against "the input token is the original", which is ELECTRA's replaced-token loss with
+D = P(original); it gives D a direct signal where the likelihood's gradient on D is weak (a
+softmax that already puts mass on the input token), and makes the model literally the paper's
+"combination of BERT and ELECTRA". config.copy_weight=0 leaves the bare likelihood. Weight 1 on
+MLM_all for the reason given in `replace_mlm`.
+
+Metrics: as `replace_mlm`, with disc_mlm_* over every token (accuracy: the argmax of p above),
+copy_loss, and copy_accuracy (D > 0.5 exactly where the input token is the original).
+"""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from electra_jax.objective import electra, replace_mlm
+from electra_jax.objective.masking import Prepared, SpecialIds
+
+prepare = electra.prepare  # the same masking and sampling keys
+
+
+def copy_log_likelihood(logits, copy_logits, input_ids, targets):
+  """log p(targets) under the copy mixture, per token, computed in log space.
+
+  log D and log(1 - D) are log_sigmoid(+-copy_logit): no probability is formed and rounded.
+  """
+  log_q = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), targets[..., None],
+                              axis=-1)[..., 0]
+  not_copied = jax.nn.log_sigmoid(-copy_logits) + log_q
+  copied = jnp.logaddexp(jax.nn.log_sigmoid(copy_logits), not_copied)
+  return jnp.where(input_ids == targets, copied, not_copied)
+
+
+def mixture_argmax(logits, copy_logits, input_ids):
+  """The most probable token under the copy mixture."""
+  copy = jax.nn.sigmoid(copy_logits)[..., None]
+  probs = ((1.0 - copy) * jax.nn.softmax(logits, axis=-1)
+           + copy * jax.nn.one_hot(input_ids, logits.shape[-1], dtype=logits.dtype))
+  return jnp.argmax(probs, axis=-1)
+
+
+def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng,
+                 config: ml_collections.ConfigDict, train: bool = True,
+                 special: SpecialIds = SpecialIds()):
+  """gen_weight * MLM_gen + MLM_all + copy_weight * copy of `batch` as its share of the batch's.
+
+  apply_fn is `ReplaceMLM.apply` with the copy mechanism. Denominators are whole-batch counts
+  (`prepared.mlm_count`, `.token_count`), so micro-batches add up to the batch.
+  """
+  gen_rng, disc_rng = jax.random.split(dropout_rng)
+  variables, input_ids = {'params': params}, batch['input_ids']
+  input_mask = (input_ids != special.pad).astype(jnp.float32)
+  gen_logits, sampled, fake_ids, replaced = replace_mlm.generate_and_replace(
+      apply_fn, variables, batch, prepared, gen_rng, config.temperature, train)
+  every_position = jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape)
+  logits, copy_logits = apply_fn(variables, fake_ids, batch['segment_ids'], every_position,
+                                 not train, method='predict', rngs={'dropout': disc_rng})
+  count = jnp.maximum(prepared.token_count, 1.0)
+  log_p = copy_log_likelihood(logits, copy_logits, fake_ids, input_ids)
+  all_mlm_loss = -jnp.sum(log_p * input_mask) / count
+  original = 1.0 - replaced
+  copy_loss = jnp.sum(optax.sigmoid_binary_cross_entropy(copy_logits, original)
+                      * input_mask) / count
+
+  stats = replace_mlm.generator_stats(gen_logits, sampled, prepared, replaced, input_mask)
+  loss = config.gen_weight * stats['mlm_loss'] + all_mlm_loss + config.copy_weight * copy_loss
+  hits = mixture_argmax(logits, copy_logits, fake_ids) == input_ids
+  stats.update({
+      'loss': loss, 'disc_mlm_loss': all_mlm_loss, 'copy_loss': copy_loss,
+      'disc_mlm_correct': jnp.sum(hits * input_mask), 'disc_mlm_count': jnp.sum(input_mask),
+      'copy_correct': jnp.sum(((copy_logits > 0) == (original > 0)) * input_mask),
+  })
+  return loss, stats

@@ -1,0 +1,153 @@
+"""The real steps compiled for a TPU slice on this CPU host (electra_jax/aot.py, benchmark --topology).
+
+Compiling needs libtpu (the 'test' extra installs it), never a TPU; without libtpu the tests that
+compile are skipped. The CPU tests elsewhere are unaffected: conftest sets JAX_PLATFORMS=cpu.
+"""
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, load_config
+from electra_jax import aot, benchmark
+
+requires_libtpu = pytest.mark.skipif(
+    importlib.util.find_spec('libtpu') is None,
+    reason='libtpu is not importable: compiling for a TPU slice needs it '
+           '(pip install -e ".[test]" or pip install "jax[tpu]")')
+
+RECORD_FIELDS = ('step', 'topology', 'chips', 'hosts', 'device_kind', 'compile_s',
+                 'bytes_per_chip', 'flops_per_chip', 'hbm_bytes_accessed_per_chip', 'roofline',
+                 'collectives')
+MEMORY_FIELDS = ('params', 'optimizer_state', 'batch', 'arguments', 'outputs', 'temporaries',
+                 'total', 'hbm', 'fits')
+
+
+def small_tiny():
+  """configs/tiny.py with one layer: the same step, compiled in half the time (~20 s of CPU)."""
+  config = load_config('tiny')
+  config.model.num_layers = 1
+  config.batch_size = 16  # 2,048 tokens: no statistic has a parameter's shape
+  return config
+
+
+@pytest.fixture(scope='module')
+def tiny_on_v4_8():
+  return benchmark.compile_for_topology(small_tiny(), 'v4-8', 'pretrain', search_batch=False)
+
+
+def test_slice_names_resolve_as_launch_uses_them():
+  with pytest.raises(Exception, match='v4-8'):
+    aot.slice_devices('v3-8')  # an unknown generation names the known ones
+  with pytest.raises(Exception, match='known v4 sizes'):
+    aot.slice_devices('v4-12')
+
+
+def test_collectives_are_parsed_from_hlo_text():
+  hlo = '\n'.join([
+      'ENTRY %main {',
+      '  %all-reduce.1 = (f32[128,64]{1,0:T(8,128)}, bf16[10]{0}, f32[]{:T(128)}) '
+      'all-reduce(%a, %b, %c), channel_id=1, metadata={op_name="jit(f)/transpose(jvp(x))/dot"}',
+      '  %all-gather-start = (f32[8]{0}, f32[32]{0}) all-gather-start(%d), dimensions={0}',
+      '  %all-gather-done = f32[32]{0} all-gather-done(%all-gather-start)',
+      '  %ars = f32[4]{0} all-reduce-start(%e)',
+      '  %ard = f32[4]{0} all-reduce-done(%ars)',
+      '  %add = f32[4]{0} add(%ard, %ard)',
+      '}'])
+  found = aot.collectives(hlo)
+  assert [(c['op'], c['elements'], c['bytes']) for c in found] == [
+      ('all-reduce', 128 * 64 + 10 + 1, 128 * 64 * 4 + 20 + 4),
+      ('all-gather', 32, 128),  # an async pair once, counted by what it gathers
+      ('all-reduce', 4, 16)]
+  assert found[0]['source'] == 'jit(f)/transpose(jvp(x))/dot'
+
+
+@requires_libtpu
+def test_tiny_compiles_for_v4_8_and_reports_what_it_costs(tiny_on_v4_8):
+  record = tiny_on_v4_8
+  print(json.dumps(record))
+  assert all(field in record for field in RECORD_FIELDS)
+  assert record['chips'] == 4 and record['hosts'] == 1 and record['device_kind'] == 'TPU v4'
+  memory = record['bytes_per_chip']
+  assert all(field in memory for field in MEMORY_FIELDS) and memory['fits']
+  # Replicated: every chip holds all parameters (float32) and Adam's two moments of each.
+  parameters = record['collectives']['gradient']['parameters']
+  assert memory['params'] == 4 * parameters
+  assert memory['optimizer_state'] >= 2 * memory['params']
+  assert memory['batch'] == 2 * 4 * (16 // 4) * 128  # two int32 [4, 128] shards
+  assert memory['aliased'] >= memory['params'] + memory['optimizer_state']  # donated state
+  # XLA counts more than the model's matmuls (elementwise work, sampling, the optimizer), and
+  # not several times more.
+  assert 1.0 < record['flops_per_chip']['xla_over_model'] < 3.0
+  roofline = record['roofline']
+  assert roofline['step_s_lower_bound'] == max(roofline['compute_s'], roofline['memory_s'])
+  assert 0 < roofline['mfu_ceiling'] <= 1
+
+
+@requires_libtpu
+def test_data_parallel_step_all_reduces_the_gradient_once_and_gathers_no_parameters(
+    tiny_on_v4_8):
+  config = small_tiny()
+  m, length = config.model, config.max_seq_length
+  collectives = tiny_on_v4_8['collectives']
+  gradient = collectives['gradient']
+  # No parameter (or optimizer state) is sharded and re-gathered. The one all-gather is the
+  # discriminator's AUC, which sorts the scores of all tokens of the global batch.
+  assert gradient['all_gathers_of_parameter_shape'] == 0
+  assert collectives.get('all-gather', {'count': 0})['count'] <= 1
+  assert all('argsort' in source for source in gradient['all_gather_sources'])
+  # One gradient's worth, exactly, with one known exception: the embedding block is shared by
+  # the generator and the discriminator, and XLA all-reduces each network's partial gradient of
+  # it before adding them: the word embeddings [V, E] once more, and the position embeddings as
+  # two [L, E] slices instead of one [512, E] table. Plus two per-token [B * L] statistics of the
+  # AUC. Nothing else: no gradient reduced twice, none missing.
+  tokens = config.batch_size * length
+  expected = (gradient['parameters'] + m.vocab_size * m.embedding_size
+              - (m.max_position_embeddings - 2 * length) * m.embedding_size + 2 * tokens)
+  assert gradient['all_reduced_array_elements'] == expected
+  assert gradient['all_reduced_scalars'] < 32  # the step's statistics
+
+
+def test_command_line_refuses_an_unknown_slice():
+  result = subprocess.run(
+      [sys.executable, '-m', 'electra_jax.benchmark', '--config=configs/tiny.py',
+       '--topology=v9-8'], cwd=REPO, capture_output=True, text=True, timeout=120)
+  assert result.returncode != 0
+  assert 'electra_jax: error:' in result.stderr and 'v9-8' in result.stderr
+
+
+@pytest.mark.slow
+@requires_libtpu
+def test_command_line_prints_one_json_line_with_the_batch_search():
+  result = subprocess.run(
+      [sys.executable, '-m', 'electra_jax.benchmark', '--config=configs/tiny.py',
+       '--topology=v4-8'], cwd=REPO, capture_output=True, text=True, timeout=3600)
+  assert result.returncode == 0, result.stderr[-2000:]
+  record = json.loads(result.stdout.strip().splitlines()[-1])
+  search = record['largest_per_chip_batch']
+  assert search['remat_off']['per_chip_batch'] >= 8  # tiny's own batch fits
+  assert search['remat_on']['per_chip_batch'] >= search['remat_off']['per_chip_batch']
+
+
+@pytest.mark.slow
+@requires_libtpu
+def test_multi_host_slice_compiles_from_one_process():
+  record = benchmark.compile_for_topology(small_tiny(), 'v4-32', 'pretrain', search_batch=False)
+  assert record['chips'] == 16 and record['hosts'] == 4
+  assert record['collectives']['gradient']['all_gathers_of_parameter_shape'] == 0
+
+
+@pytest.mark.slow
+@requires_libtpu
+def test_finetune_step_compiles_for_v4_8():
+  from electra_jax.config import load_config_file  # pylint: disable=g-import-not-at-top
+  glue = load_config_file(str(REPO / 'configs' / 'finetune' / 'glue.py'))
+  record = benchmark.compile_for_topology(small_tiny(), 'v4-8', 'finetune', finetune_config=glue,
+                                          finetune_examples=1000)
+  assert record['step'] == 'finetune' and record['bytes_per_chip']['fits']
+  assert record['collectives']['gradient']['all_gathers_of_parameter_shape'] == 0
+  # The training set sits replicated on every chip: 1,000 x 128 int32 ids and segment ids.
+  assert record['bytes_per_chip']['batch'] >= 2 * 1000 * 128 * 4

@@ -1,0 +1,390 @@
+"""Faults injected for real into `python -m electra_jax.main`: SIGKILLs at random moments, many of
+them while Orbax is writing a checkpoint, and damaged checkpoints; and a fine-tuning run
+(`python -m electra_jax.finetune`) killed mid-seed.
+
+A killed run restarted with the same command must end exactly where an uninterrupted one does:
+the same metrics.jsonl record for every step (every float equal, each step logged once, so no
+batch was repeated or skipped: the batch of step s is a pure function of (seed, s)) and the same
+final train state, bit for bit.
+
+Runs are tiny (a 2-layer ELECTRA of width 32 on a WordPiece vocabulary of 31 words) and share a
+persistent compilation cache (kept between test sessions: JAX keys its entries by the program,
+the JAX version and the compiler options), so a restart costs its Python start-up rather than a
+compilation.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import REPO, tree_digest
+from test_finetune import TINY, glue_folder, sentences, write_vocab
+
+TMP_MARK = '.orbax-checkpoint-tmp'  # how Orbax names a checkpoint it has not committed yet
+JAX_CACHE = Path(tempfile.gettempdir()) / 'electra_jax_tests' / 'jax_cache'
+
+
+@pytest.fixture(scope='module')
+def corpus(tmp_path_factory):
+  root = tmp_path_factory.mktemp('faults')
+  write_vocab(root / 'vocab.txt')
+  rng = np.random.default_rng(0)
+  for split, docs in (('train', 80), ('eval', 8)):
+    (root / f'{split}.txt').write_text(
+        '\n\n'.join('\n'.join(sentences(rng, 6)) for _ in range(docs)))
+  return root
+
+
+def command(corpus, workdir, steps, *overrides):
+  return [sys.executable, '-m', 'electra_jax.main', f'--config={REPO / "configs" / "tiny.py"}',
+          f'--workdir={workdir}', f'--config.num_train_steps={steps}',
+          f'--config.data.train_files={corpus / "train.txt"}',
+          f'--config.data.eval_files={corpus / "eval.txt"}',
+          f'--config.data.vocab_model={corpus / "vocab.txt"}', '--config.data.prepare_workers=1',
+          f'--config.model.vocab_size={len((corpus / "vocab.txt").read_text().split())}',
+          '--config.model.embedding_size=16',
+          '--config.model.hidden_size=32', '--config.model.num_heads=2',
+          '--config.model.intermediate_size=64', '--config.model.max_position_embeddings=64',
+          '--config.model.generator_hidden_size=16', '--config.batch_size=8',
+          '--config.max_seq_length=32', '--config.warmup_steps=4', '--config.log_every=1',
+          '--config.save_every=2', '--config.keep_checkpoints=3', '--config.eval_every=4',
+          '--config.eval_steps=1', *overrides]
+
+
+def env():
+  return {**os.environ, 'JAX_PLATFORMS': 'cpu', 'JAX_NUM_CPU_DEVICES': '1',
+          'JAX_COMPILATION_CACHE_DIR': str(JAX_CACHE), 'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0',
+          'JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES': '-1'}
+
+
+def run(corpus, workdir, steps, *overrides, check=True):
+  result = subprocess.run(command(corpus, workdir, steps, *overrides), env=env(),
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+  if check and result.returncode != 0:
+    raise AssertionError(f'run failed:\n{result.stderr[-3000:]}')
+  return result
+
+
+def records(workdir):
+  """metrics.jsonl as (train records, eval records), tokens_per_s (a timing) left out."""
+  lines = [json.loads(line) for line in Path(workdir, 'metrics.jsonl').read_text().splitlines()]
+  for line in lines:
+    line.pop('tokens_per_s', None)
+  return [l for l in lines if 'loss' in l], [l for l in lines if 'eval_loss' in l]
+
+
+def final_state(workdir, step):
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  with ocp.StandardCheckpointer() as checkpointer:
+    state = checkpointer.restore(Path(workdir, 'checkpoints', str(step), 'default').absolute())
+  import jax  # pylint: disable=g-import-not-at-top
+  return {jax.tree_util.keystr(path): np.asarray(leaf)
+          for path, leaf in jax.tree_util.tree_leaves_with_path(state)}
+
+
+def max_abs_difference(a, b):
+  """The largest |a - b| over every leaf of two states; raises unless they are bitwise equal."""
+  assert a.keys() == b.keys()
+  worst = 0.0
+  for name in a:
+    assert a[name].dtype == b[name].dtype and a[name].shape == b[name].shape, name
+    if a[name].tobytes() != b[name].tobytes():
+      worst = max(worst, float(np.max(np.abs(a[name].astype(np.float64) - b[name]))))
+      raise AssertionError(f'{name} differs (max abs difference {worst})')
+  return worst
+
+
+def uncommitted(workdir):
+  """{name: (inode, ctime)} of the checkpoint directories Orbax is writing (or was, when killed).
+
+  A restart's save of the same step replaces the leftover directory of that name: a new inode,
+  or at least a new ctime (an inode number may be reused at once)."""
+  folder = Path(workdir, 'checkpoints')
+  if not folder.is_dir():
+    return {}
+  found = {}
+  for entry in os.scandir(folder):
+    if TMP_MARK in entry.name:
+      try:
+        found[entry.name] = (entry.inode(), entry.stat().st_ctime_ns)
+      except FileNotFoundError:  # committed (renamed) meanwhile
+        pass
+  return found
+
+
+def logged_steps(workdir):
+  try:
+    return [json.loads(line)['step'] for line in
+            Path(workdir, 'metrics.jsonl').read_text().splitlines() if '"loss"' in line]
+  except (FileNotFoundError, json.JSONDecodeError):  # not written yet, or being written
+    return []
+
+
+def kill_once(process, workdir, kind, rng, steps):
+  """SIGKILLs `process` at a moment of `kind`; returns whether a checkpoint write was cut.
+
+  'write': as soon as a checkpoint directory appears that Orbax has not committed yet.
+  'step': a random 0-0.3 s after a random step not yet logged was logged.
+  'start': a random 0.5-6 s after the start: in Python's start-up, preparation, compilation...
+  """
+  before = uncommitted(workdir)
+  done = max(logged_steps(workdir), default=0)
+  target = int(rng.integers(done + 1, steps)) if done + 1 < steps else steps
+  started = time.time()
+  while process.poll() is None:
+    assert time.time() - started < 300, 'the run made no progress in 300 s'
+    if kind == 'write':
+      now = uncommitted(workdir)
+      if any(before.get(name) != inode for name, inode in now.items()):
+        break
+      time.sleep(0.001)
+    elif kind == 'step':
+      if max(logged_steps(workdir), default=0) >= target:
+        time.sleep(rng.uniform(0, 0.3))
+        break
+      time.sleep(0.02)
+    else:
+      time.sleep(rng.uniform(0.5, 6))
+      break
+  process.send_signal(signal.SIGKILL)
+  process.wait()
+  after = uncommitted(workdir)
+  return any(before.get(name) != inode for name, inode in after.items())
+
+
+def run_with_kills(corpus, workdir, steps, plan, seed):
+  """Starts the run once per kind in `plan` and kills it (kill_once), then runs it to the end.
+
+  Returns (kills, of which during a checkpoint write); a run that ends before its kill lands
+  counts as no kill, and a 'write' kill that came too late is tried again (up to 3 times).
+  """
+  rng = np.random.default_rng(seed)
+  kills = during_writes = 0
+  for kind in plan:
+    for _ in range(3 if kind == 'write' else 1):  # a write may commit before the kill lands
+      process = subprocess.Popen(command(corpus, workdir, steps), env=env(),
+                                 cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+      cut = kill_once(process, workdir, kind, rng, steps)
+      if process.returncode == -signal.SIGKILL:
+        kills, during_writes = kills + 1, during_writes + cut
+      if cut or process.returncode != -signal.SIGKILL:
+        break
+  run(corpus, workdir, steps)
+  return kills, during_writes
+
+
+def check_same_as_uninterrupted(workdir, reference, steps):
+  train, evals = records(workdir)
+  assert [r['step'] for r in train] == list(range(1, steps + 1))  # each step once, in order
+  assert [r['step'] for r in evals] == list(range(0, steps + 1, 4))
+  assert (train, evals) == records(reference)  # every float, bit for bit
+  return max_abs_difference(final_state(workdir, steps), final_state(reference, steps))
+
+
+STEPS = 12
+
+
+@pytest.fixture(scope='module')
+def uninterrupted(corpus, tmp_path_factory):
+  workdir = tmp_path_factory.mktemp('uninterrupted')
+  run(corpus, workdir, STEPS)
+  return workdir
+
+
+def test_kills_at_any_moment_even_mid_checkpoint_resume_exactly(corpus, uninterrupted, tmp_path):
+  workdir = tmp_path / 'killed'
+  kills, during_writes = run_with_kills(corpus, workdir, STEPS, ['write', 'step'], 0)
+  assert kills >= 2 and during_writes >= 1, (kills, during_writes)
+  assert check_same_as_uninterrupted(workdir, uninterrupted, STEPS) == 0.0
+
+
+@pytest.mark.slow
+def test_many_kills_resume_exactly(corpus, tmp_path):
+  steps = 40
+  reference = tmp_path / 'uninterrupted'
+  run(corpus, reference, steps)
+  workdir = tmp_path / 'killed'
+  plan = ['start', 'write', 'step', 'write', 'step', 'write', 'start', 'write', 'step', 'write',
+          'step', 'write']
+  started = time.time()
+  kills, during_writes = run_with_kills(corpus, workdir, steps, plan, 1)
+  difference = check_same_as_uninterrupted(workdir, reference, steps)
+  print(f'\n{kills} kills, {during_writes} during a checkpoint write, {steps} steps, '
+        f'max abs difference {difference}, {time.time() - started:.0f} s')
+  assert kills >= 10 and during_writes >= 3, (kills, during_writes)
+
+
+def test_a_metrics_line_cut_by_a_kill_is_dropped_on_resume(tmp_path):
+  from electra_jax import report  # pylint: disable=g-import-not-at-top
+  whole = ''.join(json.dumps({'step': s, 'loss': 1.0}) + '\n' for s in (1, 2, 3))
+  (tmp_path / 'metrics.jsonl').write_text(whole + '{"step": 4, "lo')
+  report.trim_metrics_file(str(tmp_path), 2)
+  assert (tmp_path / 'metrics.jsonl').read_text() == whole.rsplit('{', 1)[0]
+  report.trim_metrics_file(str(tmp_path), -1)  # no checkpoint: the run starts over
+  assert (tmp_path / 'metrics.jsonl').read_text() == ''
+
+
+# ---- damaged checkpoints, and checkpoints of another run ---------------------------------------
+
+def error_line(result):
+  """The one `electra_jax: error:` line a failed run ends with (no traceback)."""
+  assert result.returncode != 0
+  lines = [l for l in result.stderr.strip().splitlines() if l.startswith('electra_jax: error:')]
+  assert len(lines) == 1 and 'Traceback' not in result.stderr, result.stderr[-2000:]
+  return lines[0]
+
+
+def truncate_largest_array_file(checkpoint):
+  largest = max(checkpoint.rglob('ocdbt.process_0/d/*'), key=lambda f: f.stat().st_size)
+  largest.write_bytes(largest.read_bytes()[:largest.stat().st_size // 2])
+
+
+def corrupt_manifest(checkpoint):
+  manifest = checkpoint / 'default' / 'manifest.ocdbt'
+  data = bytearray(manifest.read_bytes())
+  for i in range(len(data) // 2, len(data)):
+    data[i] ^= 0x5A
+  manifest.write_bytes(bytes(data))
+
+
+def truncate_metadata(checkpoint):
+  metadata = checkpoint / 'default' / '_METADATA'
+  metadata.write_bytes(metadata.read_bytes()[:100])
+
+
+@pytest.mark.parametrize('damage', [truncate_largest_array_file, corrupt_manifest,
+                                    truncate_metadata])
+def test_a_damaged_checkpoint_stops_in_one_line_naming_it_and_the_fix(corpus, uninterrupted,
+                                                                      tmp_path, damage):
+  workdir = tmp_path / 'damaged'
+  os.system(f'cp -r {uninterrupted} {workdir}')
+  damage(workdir / 'checkpoints' / str(STEPS))
+  before = tree_digest(workdir)
+  line = error_line(run(corpus, workdir, STEPS + 4, check=False))
+  assert f'checkpoint {workdir}/checkpoints/{STEPS} cannot be read' in line
+  assert '--config.checkpoint_fallback=true' in line
+  assert tree_digest(workdir) == before  # nothing touched
+
+
+def test_checkpoint_fallback_sets_the_damaged_one_aside_and_resumes_exactly(corpus, uninterrupted,
+                                                                           tmp_path):
+  workdir = tmp_path / 'fallback'
+  os.system(f'cp -r {uninterrupted} {workdir}')
+  damaged = workdir / 'checkpoints' / str(STEPS)
+  truncate_largest_array_file(damaged)
+  digest = tree_digest(damaged)
+  result = run(corpus, workdir, STEPS, '--config.checkpoint_fallback=true')
+  assert f'checkpoints/{STEPS} cannot be read' in result.stderr
+  assert f'resuming at step {STEPS - 2} of {STEPS}' in result.stderr
+  kept = workdir / 'damaged_checkpoints' / str(STEPS)
+  assert tree_digest(kept) == digest  # kept as it was, out of Orbax's way
+  assert check_same_as_uninterrupted(workdir, uninterrupted, STEPS) == 0.0
+
+
+@pytest.mark.parametrize('override, message', [
+    ('--config.objective=mlm', "written by a run of objective 'electra', not 'mlm'"),
+    # Same shapes, other meaning: only the model config recorded in the checkpoint tells.
+    ('--config.model.num_heads=4', 'num_heads: checkpoint 2, now 4'),
+])
+def test_a_checkpoint_of_another_run_is_refused_even_without_config_json(
+    corpus, uninterrupted, tmp_path, override, message):
+  workdir = tmp_path / 'other'
+  os.system(f'cp -r {uninterrupted} {workdir}')
+  (workdir / 'config.json').unlink()  # so that only the checkpoint can tell
+  before = tree_digest(workdir)
+  line = error_line(run(corpus, workdir, STEPS + 4, override, check=False))
+  assert f'checkpoint {workdir}/checkpoints/{STEPS}' in line and message in line
+  assert tree_digest(workdir) == before
+
+
+# ---- fine-tuning killed mid-seed ----------------------------------------------------------------
+
+FINETUNE_STEPS = 60  # per seed: 24 SST-2 sentences, 20 epochs of batches of 8
+
+
+def finetune_command(corpus, workdir):
+  return [sys.executable, '-m', 'electra_jax.finetune',
+          f'--config={REPO / "configs" / "finetune" / "glue.py"}', '--config.task=SST-2',
+          f'--config.data_dir={corpus / "glue"}', f'--config.vocab={corpus / "vocab.txt"}',
+          f'--workdir={workdir}', '--config.seeds=4,7', '--config.max_seq_length=32',
+          '--config.batch_size=8', '--config.eval_batch_size=8', '--config.num_epochs=20',
+          '--config.log_every=1', '--config.save_every=4',
+          f'--config.model.vocab_size={len((corpus / "vocab.txt").read_text().split())}',
+          *(f'--config.model.{k}={v}' for k, v in {**TINY, 'num_layers': 1}.items())]
+
+
+def finetune_records(workdir):
+  lines = [json.loads(line) for line in Path(workdir, 'metrics.jsonl').read_text().splitlines()]
+  for line in lines:
+    line.pop('steps_per_s')
+  return lines
+
+
+def scores(workdir):
+  summary = json.loads(Path(workdir, 'results.json').read_text())
+  return {k: summary[k] for k in ('seeds', 'median', 'score')}
+
+
+@pytest.mark.slow  # three fine-tuning processes: about 25 s of CPU
+def test_fine_tuning_killed_mid_seed_resumes_to_the_same_scores(corpus, tmp_path):
+  if not (corpus / 'glue').exists():
+    glue_folder(corpus / 'glue')
+  environment = env()
+  reference = tmp_path / 'uninterrupted'
+  subprocess.run(finetune_command(corpus, reference), env=environment, cwd=REPO, check=True,
+                 capture_output=True, timeout=600)
+
+  workdir = tmp_path / 'killed'
+  process = subprocess.Popen(finetune_command(corpus, workdir), env=environment, cwd=REPO,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  deadline = time.time() + 300
+  # Killed in the second seed's training, after its first checkpoints.
+  while not any(r['seed'] == 7 and r['step'] >= 10 for r in
+                (json.loads(l) for l in logged_lines(workdir))):
+    assert process.poll() is None and time.time() < deadline, 'the run ended before its kill'
+    time.sleep(0.001)
+  process.send_signal(signal.SIGKILL)
+  process.wait()
+  resumed_at = max(int(p.name) for p in (workdir / 'checkpoints' / 'seed_7').iterdir()
+                   if p.name.isdigit())
+  assert 4 <= resumed_at < FINETUNE_STEPS and not (workdir / 'results.json').exists()
+
+  rerun = subprocess.run(finetune_command(corpus, workdir), env=environment, cwd=REPO,
+                         capture_output=True, text=True, timeout=600)
+  assert rerun.returncode == 0, rerun.stderr[-3000:]
+  # The finished seed is not trained again; the other continues where its checkpoint left it.
+  assert f'seed 4: resuming at step {FINETUNE_STEPS} of {FINETUNE_STEPS}' in rerun.stderr
+  assert f'seed 7: resuming at step {resumed_at} of {FINETUNE_STEPS}' in rerun.stderr
+  assert scores(workdir) == scores(reference)  # every score, exactly
+  assert finetune_records(workdir) == finetune_records(reference)  # each step once, same loss
+
+
+def logged_lines(workdir):
+  try:
+    return [l for l in Path(workdir, 'metrics.jsonl').read_text().splitlines() if l.endswith('}')]
+  except FileNotFoundError:
+    return []
+
+
+def test_a_fine_tuning_workdir_of_another_recipe_is_refused(tmp_path):
+  # pylint: disable=g-import-not-at-top
+  from electra_jax.errors import UsageError
+  from electra_jax.finetune import train as finetune
+  from test_finetune import finetune_config
+  config = finetune_config(task='SST-2', seeds='0')
+  finetune.prepare_workdir(config, str(tmp_path))
+  (tmp_path / 'checkpoints' / 'seed_0').mkdir(parents=True)
+  config.update(seeds='0,1', log_every=7, save_every=3)  # these change no seed's training
+  finetune.prepare_workdir(config, str(tmp_path))
+  config.learning_rate = 1e-3
+  with pytest.raises(UsageError, match=r'holds seed checkpoints of another fine-tuning run '
+                                       r'\(learning_rate: saved 0.0, now 0.001\); use a new'):
+    finetune.prepare_workdir(config, str(tmp_path))

@@ -1,0 +1,276 @@
+"""The paper's ablations (Table 5) as objectives: each loss against its formula, written out
+again here in numpy float64 on a hand-checkable batch, and each objective through `main`.
+
+The networks are replaced by a stub returning fixed logits, so what is checked is the objective
+alone: which positions count, what the discriminator-sized network reads, and the arithmetic.
+"""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from electra_jax import flops, objective
+from electra_jax.objective import masking
+
+B, L, N, V = 2, 6, 2, 10
+INPUT_IDS = np.array([[2, 5, 6, 7, 3, 0],
+                      [2, 8, 9, 5, 6, 3]])
+POSITIONS = np.array([[1, 3], [2, 4]])
+WEIGHTS = np.array([[1., 0.], [1., 1.]])  # sequence 0 uses one slot of two
+# The generator's samples per slot, forced by a +40 logit (any other token: p < 1e-15). Slot
+# (0, 0) replaces 5 by 9, (1, 0) samples the original 9 (so counts as original), (1, 1) replaces
+# 6 by 7; the unused slot (0, 1) samples 5, which must not be written.
+SAMPLES = np.array([[9, 5], [9, 7]])
+FAKE_IDS = np.array([[2, 9, 6, 7, 3, 0],
+                     [2, 8, 9, 5, 7, 3]])
+SELECTED = [(0, 1), (1, 2), (1, 4)]  # (row, position) of every used slot
+SLOTS = [(0, 0), (1, 0), (1, 1)]     # the same, as (row, slot)
+TOLERANCE = dict(rtol=1e-6, atol=1e-6)  # float32 objective vs float64 formula
+
+
+def config_for(name):
+  return ml_collections.ConfigDict(dict(objective=name, temperature=1.0, gen_weight=0.7,
+                                        disc_weight=50.0, copy_weight=0.5))
+
+
+def fixed_batch():
+  """Fixed masks, logits and sampling keys: (batch, prepared, logits by network)."""
+  rng = np.random.default_rng(14)
+  targets = np.take_along_axis(INPUT_IDS, POSITIONS, 1)
+  masked_ids = INPUT_IDS.copy()
+  for row, position in SELECTED:
+    masked_ids[row, position] = masking.SpecialIds().mask
+  masked = objective.Masked(jnp.asarray(masked_ids), jnp.asarray(POSITIONS),
+                            jnp.asarray(WEIGHTS, jnp.float32), jnp.asarray(targets))
+  prepared = objective.Prepared(masked, jax.random.split(jax.random.PRNGKey(0), B),
+                                jnp.float32(WEIGHTS.sum()), jnp.float32((INPUT_IDS != 0).sum()))
+  gen = rng.normal(size=(B, N, V))
+  gen[np.arange(B)[:, None], np.arange(N)[None, :], SAMPLES] += 40.0
+  logits = {'generate': gen, 'discriminate': rng.normal(size=(B, L)) * 2,
+            'predict_selected': rng.normal(size=(B, N, V)) * 2,
+            'predict_all': rng.normal(size=(B, L, V)) * 2, 'copy': rng.normal(size=(B, L)) * 2}
+  batch = {'input_ids': jnp.asarray(INPUT_IDS), 'segment_ids': jnp.zeros((B, L), jnp.int32)}
+  return batch, prepared, logits
+
+
+def stub_apply(logits, seen):
+  """Stands in for the model's apply: fixed float32 logits; records what each network read."""
+  f32 = lambda x: jnp.asarray(x, jnp.float32)
+
+  def apply_fn(variables, input_ids, segment_ids, *args, method=None, rngs=None):
+    del variables, segment_ids, rngs
+    seen[method] = np.asarray(input_ids)
+    if method in ('generate', 'discriminate'):
+      return f32(logits[method])
+    positions = args[0]
+    if positions.shape[1] == N:
+      return f32(logits['predict_selected']), None
+    np.testing.assert_array_equal(positions, np.broadcast_to(np.arange(L), (B, L)))
+    return f32(logits['predict_all']), f32(logits['copy'])
+  return apply_fn
+
+
+def run_loss(name):
+  batch, prepared, logits = fixed_batch()
+  seen = {}
+  loss, stats = objective.partial_loss(stub_apply(logits, seen), {}, batch, prepared,
+                                       jax.random.PRNGKey(1), config_for(name), train=True)
+  return float(loss), jax.device_get(stats), logits, seen
+
+
+# ---- the formulas, independently, in float64 ------------------------------------------------
+
+def log_softmax(x):
+  x = x - x.max(-1, keepdims=True)
+  return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def sigmoid(x):
+  return 1.0 / (1.0 + np.exp(-x))
+
+
+def bce(logit, label):
+  p = sigmoid(logit)
+  return -(label * np.log(p) + (1 - label) * np.log(1 - p))
+
+
+def generator_mlm(logits):
+  """-mean over used slots of log softmax(generator logits)[original]."""
+  return -np.mean([log_softmax(logits['generate'][r, s])[INPUT_IDS[r, p]]
+                   for (r, s), (_, p) in zip(SLOTS, SELECTED)])
+
+
+def test_the_stub_batch_is_what_it_claims():
+  _, stats, _, seen = run_loss('electra_15')
+  np.testing.assert_array_equal(seen['discriminate'], FAKE_IDS)
+  assert stats['sampled_correct'] == 1 and stats['mlm_count'] == 3
+
+
+def test_electra_15_counts_rtd_only_at_the_selected_positions():
+  loss, stats, logits, seen = run_loss('electra_15')
+  np.testing.assert_array_equal(seen['generate'][0], [2, 4, 6, 7, 3, 0])  # [MASK]ed input
+  d = logits['discriminate']
+  rtd = np.mean([bce(d[r, p], float(FAKE_IDS[r, p] != INPUT_IDS[r, p])) for r, p in SELECTED])
+  np.testing.assert_allclose(stats['disc_loss'], rtd, **TOLERANCE)
+  np.testing.assert_allclose(stats['mlm_loss'], generator_mlm(logits), **TOLERANCE)
+  np.testing.assert_allclose(loss, 0.7 * generator_mlm(logits) + 50.0 * rtd, **TOLERANCE)
+  # Its metrics are over the selected positions: 3 of them, 2 replaced.
+  assert stats['token_count'] == 3 and stats['replaced_count'] == 2
+  # ELECTRA on the same batch counts all 11 tokens, so the two losses differ.
+  _, electra_stats, _, _ = run_loss('electra')
+  all_tokens = np.mean([bce(d[r, p], float(FAKE_IDS[r, p] != INPUT_IDS[r, p]))
+                        for r in range(B) for p in range(L) if INPUT_IDS[r, p]])
+  np.testing.assert_allclose(electra_stats['disc_loss'], all_tokens, **TOLERANCE)
+  assert abs(all_tokens - rtd) > 0.01
+
+
+def test_replace_mlm_predicts_the_originals_from_the_samples():
+  loss, stats, logits, seen = run_loss('replace_mlm')
+  np.testing.assert_array_equal(seen['predict'], FAKE_IDS)  # samples, not [MASK]
+  predicted = logits['predict_selected']
+  disc_mlm = -np.mean([log_softmax(predicted[r, s])[INPUT_IDS[r, p]]
+                       for (r, s), (_, p) in zip(SLOTS, SELECTED)])
+  np.testing.assert_allclose(stats['disc_mlm_loss'], disc_mlm, **TOLERANCE)
+  np.testing.assert_allclose(loss, 0.7 * generator_mlm(logits) + disc_mlm, **TOLERANCE)
+  hits = sum(predicted[r, s].argmax() == INPUT_IDS[r, p] for (r, s), (_, p) in zip(SLOTS, SELECTED))
+  assert stats['disc_mlm_correct'] == hits and stats['disc_mlm_count'] == 3
+  assert stats['replaced_count'] == 2 and stats['token_count'] == 11
+
+
+def test_all_tokens_mlm_mixes_copy_and_softmax_at_every_token():
+  loss, stats, logits, seen = run_loss('all_tokens_mlm')
+  np.testing.assert_array_equal(seen['predict'], FAKE_IDS)
+  nll, copy, hits, copy_hits = [], [], 0, 0
+  for r in range(B):
+    for p in range(L):
+      if INPUT_IDS[r, p] == 0:
+        continue
+      original, read = INPUT_IDS[r, p], FAKE_IDS[r, p]
+      d = sigmoid(logits['copy'][r, p])
+      softmax = np.exp(log_softmax(logits['predict_all'][r, p]))
+      mixture = (1 - d) * softmax + d * np.eye(V)[read]
+      nll.append(-np.log(d * (read == original) + (1 - d) * softmax[original]))
+      np.testing.assert_allclose(-np.log(mixture[original]), nll[-1], rtol=1e-12)
+      copy.append(bce(logits['copy'][r, p], float(read == original)))
+      hits += mixture.argmax() == original
+      copy_hits += (d > 0.5) == (read == original)
+  assert len(nll) == 11
+  np.testing.assert_allclose(stats['disc_mlm_loss'], np.mean(nll), **TOLERANCE)
+  np.testing.assert_allclose(stats['copy_loss'], np.mean(copy), **TOLERANCE)
+  np.testing.assert_allclose(loss, 0.7 * generator_mlm(logits) + np.mean(nll) + 0.5 * np.mean(copy),
+                             **TOLERANCE)
+  assert stats['disc_mlm_correct'] == hits and stats['disc_mlm_count'] == 11
+  assert stats['copy_correct'] == copy_hits
+
+
+def test_copy_likelihood_is_stable_where_d_saturates():
+  from electra_jax.objective import all_tokens_mlm  # pylint: disable=g-import-not-at-top
+  logits = jnp.zeros((1, 2, V))
+  copy_logits = jnp.array([[60.0, -60.0]])  # D = 1 - 9e-27 and 9e-27: 1 - D rounds to 0 in f32
+  ids = jnp.array([[5, 5]])
+  log_p = all_tokens_mlm.copy_log_likelihood(logits, copy_logits, ids, jnp.array([[6, 6]]))
+  # Not copied: log(1 - D) + log(1/V), finite, not log(0).
+  np.testing.assert_allclose(log_p, [[-60.0 - np.log(V), -np.log(V)]], rtol=1e-6)
+
+
+def test_every_objective_has_flops_and_the_ablations_count_their_heads():
+  from conftest import load_config  # pylint: disable=g-import-not-at-top
+  config = load_config('small')
+  counts = {}
+  for name in objective.OBJECTIVES:
+    config.objective = name
+    counts[name] = flops.forward_flops(config)
+    assert flops.train_step_flops(config) == 3 * sum(counts[name].values())
+  m, tokens = config.model, config.batch_size * config.max_seq_length
+  positions = config.batch_size * masking.num_slots(config.max_seq_length, config.mask_prob)
+  assert counts['electra_15'] == counts['electra']
+  disc_head = 2 * tokens * m.hidden_size * (m.hidden_size + 1)
+  replace = sum(counts['electra'].values()) - disc_head + 2 * positions * m.hidden_size * (
+      m.embedding_size + 0) + 2 * positions * m.embedding_size * m.vocab_size
+  assert sum(counts['replace_mlm'].values()) == replace
+  all_tokens = (sum(counts['electra'].values()) - disc_head
+                + 2 * tokens * m.embedding_size * (m.hidden_size + m.vocab_size)
+                + 2 * tokens * m.hidden_size)
+  assert sum(counts['all_tokens_mlm'].values()) == all_tokens
+
+
+def test_an_unknown_objective_is_one_clear_error():
+  from electra_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  from electra_jax.errors import UsageError  # pylint: disable=g-import-not-at-top
+  config = config_lib.default_config()
+  config.data.train_files = 'x.txt'
+  config.objective = 'electra15'
+  with pytest.raises(UsageError, match="config.objective='electra15': use one of .*electra_15.*"
+                                       'replace_mlm.*all_tokens_mlm'):
+    config_lib.validate(config, 1)
+
+
+# ---- each ablation through the command line -------------------------------------------------
+
+# Beyond loss, mlm_loss, mlm_accuracy and learning_rate, what each logs (and what it must not).
+LOGGED = {
+    'electra_15': ({'disc_loss', 'disc_accuracy', 'disc_auc', 'sampled_accuracy',
+                    'replaced_fraction'}, {'disc_mlm_loss', 'copy_loss'}),
+    'replace_mlm': ({'disc_mlm_loss', 'disc_mlm_accuracy', 'sampled_accuracy',
+                     'replaced_fraction'}, {'disc_loss', 'copy_loss', 'disc_auc'}),
+    'all_tokens_mlm': ({'disc_mlm_loss', 'disc_mlm_accuracy', 'copy_loss', 'copy_accuracy',
+                        'sampled_accuracy', 'replaced_fraction'}, {'disc_loss', 'disc_auc'}),
+}
+
+
+# One subprocess run costs ~30 s of CPU; all_tokens_mlm (the one with most new code: the
+# copy head, predictions at every token) runs by default, the other two with -m slow.
+@pytest.fixture(scope='module', params=[
+    'all_tokens_mlm', pytest.param('electra_15', marks=pytest.mark.slow),
+    pytest.param('replace_mlm', marks=pytest.mark.slow)])
+def ablation_run(request, tmp_path_factory, wikitext):
+  """4 steps of the objective on a shrunk tiny config; `main` checks at every log (steps 2 and
+  4) that the train step compiled once."""
+  from test_main import run  # pylint: disable=g-import-not-at-top
+  del wikitext  # (skips where the real data is absent)
+  workdir = tmp_path_factory.mktemp(request.param)
+  run(workdir, f'--config.objective={request.param}', '--config.num_train_steps=4',
+      '--config.log_every=2', '--config.save_every=4', '--config.model.num_layers=1',
+      '--config.max_seq_length=32', '--config.batch_size=8')
+  return request.param, workdir
+
+
+def test_main_trains_each_ablation_and_logs_its_metrics(ablation_run):
+  from test_main import metrics  # pylint: disable=g-import-not-at-top
+  name, workdir = ablation_run
+  assert json.loads((workdir / 'config.json').read_text())['objective'] == name
+  logged = metrics(workdir)
+  assert sorted(logged) == [2, 4]
+  wanted, unwanted = LOGGED[name]
+  for m in logged.values():
+    assert {'loss', 'mlm_loss', 'mlm_accuracy', 'learning_rate'} | wanted <= set(m), m
+    assert not unwanted & set(m), m
+    assert all(np.isfinite(v) for v in m.values() if isinstance(v, float))
+    if name != 'electra_15':  # the MLM ablations: gen_weight (1.0) * MLM_gen + MLM_disc + ...
+      expected = m['mlm_loss'] + m['disc_mlm_loss'] + m.get('copy_loss', 0.0)
+      assert m['loss'] == pytest.approx(expected, rel=1e-5)
+  assert (workdir / 'checkpoints' / '4').is_dir()
+
+
+def test_an_mlm_ablation_exports_its_mlm_and_generator(ablation_run, tmp_path):
+  """The discriminator-sized MLM as an ElectraForMaskedLM (All-Tokens MLM's copy head has no
+  transformers counterpart and stays behind), the generator as ELECTRA's."""
+  name, workdir = ablation_run
+  if name == 'electra_15':
+    pytest.skip("exports as 'electra' does (tests/test_hf.py)")
+  # pylint: disable=g-import-not-at-top  (torch in this process only for this check)
+  import transformers
+  from electra_jax.hf import exporting
+  run = exporting.export_run(str(workdir), str(tmp_path))
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['generator', 'mlm']
+  assert ('copy_head' in run.params) == (name == 'all_tokens_mlm')
+  mlm = transformers.ElectraForMaskedLM.from_pretrained(tmp_path / 'mlm')
+  generator = transformers.ElectraForMaskedLM.from_pretrained(tmp_path / 'generator')
+  assert mlm.config.hidden_size == run.config.model.hidden_size
+  assert generator.config.hidden_size < mlm.config.hidden_size
+  np.testing.assert_array_equal(
+      mlm.generator_lm_head.bias.detach().numpy(), run.params['mlm_head']['output_bias'])
