@@ -19,6 +19,7 @@ from etils import epath
 import jax
 import orbax.checkpoint as ocp
 
+from electra_jax import abandoned_reads
 from electra_jax import storage
 from electra_jax.errors import UsageError
 
@@ -94,10 +95,12 @@ def restore(manager: ocp.CheckpointManager, step: int, state, run_identity: dict
   objective or model (by `run_identity`, where the checkpoint recorded one, and by shapes).
   """
   name = f'checkpoint {manager.directory}/{step}'
+  abandoned_reads.keep_quiet(str(manager.directory))  # reading metadata reads many files too
   try:
     saved_identity = manager.metadata(step).custom_metadata or {}
     saved_params = manager.item_metadata(step)['params']
   except Exception as e:  # pylint: disable=broad-except  (any unreadable file is damage)
+    abandoned_reads.settle_before_exit()
     raise DamagedCheckpoint(f'{name} cannot be read: {_reason(e)}') from None
   # The objective first (it explains every tensor that differs), then the shapes (they name the
   # tensor), then the model fields no shape shows (num_heads, dropout rates).
@@ -112,6 +115,7 @@ def restore(manager: ocp.CheckpointManager, step: int, state, run_identity: dict
   try:
     return manager.restore(step, args=ocp.args.StandardRestore(target))
   except Exception as e:  # pylint: disable=broad-except
+    abandoned_reads.settle_before_exit()
     raise DamagedCheckpoint(f'{name} cannot be read: {_reason(e)}') from None
 
 

@@ -388,3 +388,44 @@ def test_a_fine_tuning_workdir_of_another_recipe_is_refused(tmp_path):
   with pytest.raises(UsageError, match=r'holds seed checkpoints of another fine-tuning run '
                                        r'\(learning_rate: saved 0.0, now 0.001\); use a new'):
     finetune.prepare_workdir(config, str(tmp_path))
+
+
+RESTORE_A_DAMAGED_CHECKPOINT = """
+import gc, pathlib, sys, time
+from typing import NamedTuple
+import jax, numpy as np
+from electra_jax import checkpoint
+
+class State(NamedTuple):
+  params: dict
+
+# Many small arrays, so that many reads are under way when the damaged one fails.
+rng = np.random.default_rng(0)
+state = jax.device_put(State({f'w{i}': rng.standard_normal((64, 64), np.float32)
+                              for i in range(150)}))
+manager = checkpoint.make_manager(sys.argv[1], keep=1)
+checkpoint.save(manager, 1, state)
+manager.wait_until_finished()
+files = list(pathlib.Path(sys.argv[1], 'checkpoints', '1').rglob('ocdbt.process_0/d/*'))
+largest = max(files, key=lambda f: f.stat().st_size)
+largest.write_bytes(largest.read_bytes()[:largest.stat().st_size // 2])
+for _ in range(3):
+  try:
+    checkpoint.restore(manager, 1, state)
+  except checkpoint.DamagedCheckpoint as e:
+    print('refused:', e, file=sys.stderr)
+gc.collect()
+time.sleep(1)  # the reads still under way finish and report
+gc.collect()
+"""
+
+
+def test_a_failed_restore_prints_nothing_after_its_error(tmp_path):
+  """Orbax gives up at the first unreadable array while TensorStore still reads the others; those
+  reads print no tracebacks (to a closed event loop, as closed coroutines, unretrieved errors)."""
+  result = subprocess.run([sys.executable, '-c', RESTORE_A_DAMAGED_CHECKPOINT, str(tmp_path)],
+                          env=env(), cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert result.stderr.count('refused: checkpoint ') == 3
+  assert 'Traceback' not in result.stderr and 'Exception ignored' not in result.stderr, (
+      result.stderr[-3000:])
