@@ -185,6 +185,25 @@ def test_mlm_run_fine_tunes_and_exports_like_an_electra_run(mlm_run, tmp_path):
 
 # ---- mistakes a user can make: one clear line, nothing already written damaged ----------------
 
+def test_linear_probe_scores_every_checkpoint_and_random_init(mlm_run, tmp_path):
+  glue = REPO.parent / 'shared' / 'data' / 'glue'
+  if not glue.is_dir():
+    pytest.skip(f'real GLUE files not found at {glue}')
+  out = tmp_path / 'probe.json'
+  result = subprocess.run(
+      [sys.executable, str(REPO / 'benchmarks' / 'linear_probe.py'), f'--run={mlm_run}',
+       '--task=SST-2', f'--data_dir={glue}', '--examples=200', '--max_seq_length=32',
+       f'--out={out}'], env=env(), cwd=REPO, capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, result.stderr[-3000:]
+  probed = json.loads(out.read_text())['runs'][str(mlm_run)]
+  assert probed['objective'] == 'mlm' and list(probed['steps']) == ['0', '2', '4']
+  for step, row in probed['steps'].items():
+    assert row['flops'] > 0 or step == '0'
+    for kind in ('cls', 'mean', 'embeddings_mean'):
+      assert 0.3 < row[kind]['accuracy'] < 1.0 and row[kind]['l2'] > 0
+  assert f'{mlm_run} step      4' in result.stdout
+
+
 def error_line(result):
   assert result.returncode != 0
   lines = [l for l in result.stderr.strip().splitlines() if l.startswith('electra_jax: error:')]
