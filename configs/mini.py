@@ -5,9 +5,9 @@ python -m electra_jax.main --config=configs/mini.py --workdir=runs/mini \
 
 Every value below was chosen by a measurement on the 2-core development machine, with the books
 and Wikipedia text of ../shared/data/pretraining-text (13.6M tokens kept at length 128, two books
-and two Wikipedia shards held out for evaluation); README "Pretraining on a CPU budget" has the
-runs. What it is for: showing, on a laptop-class CPU, whether pretraining learns something that
-fine-tuning can use. It is far too small and short for results of their own.
+and two Wikipedia shards held out for evaluation); docs/transfer_study.md, "Pretraining on a CPU
+budget", has the runs. What it is for: showing, on a laptop-class CPU, whether pretraining learns
+something that fine-tuning can use. It is far too small and short for results of their own.
 """
 
 from electra_jax.config import default_config

@@ -220,7 +220,7 @@ def collective_summary(found: list[dict], params) -> dict:
   Pure data parallelism all-reduces every gradient once per step: the all-reduced elements come
   to the parameter count, plus a few scalars (the step's statistics). An all-gather whose result
   has a parameter's shape would mean parameters (or optimizer state) sharded and re-gathered.
-  What XLA actually emits for ELECTRA is a little more (PERFORMANCE.md, "Compiled for a TPU"):
+  What XLA actually emits for ELECTRA is a little more (docs/performance.md, "Compiled for a TPU"):
   the shared embedding block gets one gradient from the generator and one from the
   discriminator, and XLA all-reduces the two partial sums separately before adding them.
   """

@@ -36,7 +36,7 @@ def default_config() -> ml_collections.ConfigDict:
   # --xla_tpu_spmd_rng_bit_generator_unsafe=1 makes TPUs generate only their shard, and then
   # results depend on the device count. 'unsafe_rbg' also derives split/fold_in keys cheaply,
   # with weaker guarantees that the streams are independent. On a CPU rbg is only ~20% cheaper
-  # (PERFORMANCE.md). A run resumes only under the rng_impl it was saved with (the key's shape
+  # (docs/performance.md). A run resumes only under the rng_impl it was saved with (the key's shape
   # differs: 2 words for threefry, 4 for rbg), which check_workdir_config enforces.
   c.rng_impl = 'threefry2x32'
   c.batch_size = 128           # global batch (sequences per step, summed over all devices)

@@ -104,7 +104,7 @@ def attention_kernel(implementation: str, dtype, head_dim: int) -> str:
   'auto' is cuDNN's flash attention on a GPU where it applies (16-bit inputs, head sizes that
   are multiples of 8 up to 128; Hopper allows 256, 128 is the bound on every GPU), and the einsum
   path elsewhere: XLA's `dot_product_attention` lowers to the same operations there, and was no
-  faster on a CPU (PERFORMANCE.md).
+  faster on a CPU (docs/performance.md).
   """
   if implementation not in ATTENTION_IMPLEMENTATIONS:
     raise ValueError(f'attention implementation {implementation!r}: use one of '

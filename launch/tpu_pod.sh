@@ -25,7 +25,7 @@
 # they need storage they all reach (`setup` installs the gcs extra that reads and writes it).
 # Each worker prepares the corpus into its own local data.local_dir (default
 # ~/.cache/electra_jax/<hash of WORKDIR>) and keeps its own log at ~/runs/RUN_NAME.log; see
-# "A multi-host slice" in README.md.
+# "A multi-host slice" in docs/tpu.md.
 set -euo pipefail
 
 # ---- Settings. Edit them here, or set any of them in the environment:

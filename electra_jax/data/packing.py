@@ -31,7 +31,7 @@ segment structure but drops nothing:
     slots of Wikipedia articles).
 
 Only the 5% short targets then pad: 1.5% of the slots on books and Wikipedia, the price of the
-short inputs the original wants the model to see (README, "The corpus format").
+short inputs the original wants the model to see (docs/data.md, "The corpus format").
 """
 
 from collections.abc import Iterable, Iterator, Sequence

@@ -6,7 +6,7 @@ with many draws; on GPU and TPU it emits them in line. XLA:CPU runs each iterati
 loop as separate kernels, each reading and writing the whole array of counters, where the
 rounds in line fuse into one elementwise kernel. Fine-tuning draws a mask for every hidden
 state and attention probability at every step: with the rounds in line the tiny model's step
-costs 10% (length 64) to 15% (length 128) less CPU time (PERFORMANCE.md). The function is
+costs 10% (length 64) to 15% (length 128) less CPU time (docs/performance.md). The function is
 integer arithmetic, so evaluation order cannot change a bit: results are identical.
 
 The rounds follow the Threefry specification (Salmon et al., "Parallel random numbers: as easy
