@@ -7,6 +7,10 @@ from pathlib import Path
 # Must happen before jax is imported anywhere.
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 os.environ.setdefault('JAX_NUM_CPU_DEVICES', '4')
+# libtpu (installed for tests/test_aot.py) takes /tmp/libtpu_lockfile in the first process that
+# loads it; a training run on the same host that did (one without JAX_PLATFORMS=cpu) would make
+# the topology compile here fail. On a CPU host no chip is shared, so more loads are safe.
+os.environ.setdefault('ALLOW_MULTIPLE_LIBTPU_LOAD', '1')
 
 import pytest  # pylint: disable=g-import-not-at-top
 
