@@ -250,6 +250,18 @@ def discriminator_encoder(c: ml_collections.ConfigDict, dtype, remat: bool,
       attention=attention)
 
 
+def generator_encoder(c: ml_collections.ConfigDict, dtype, remat: bool,
+                      attention: str) -> Encoder:
+  """The generator's encoder: the discriminator's depth at generator_width, 64-wide heads and a
+  4x FFN, as the original sizes it."""
+  width = generator_width(c)
+  return Encoder(
+      hidden_size=width, num_layers=c.num_layers, num_heads=max(1, width // 64),
+      intermediate_size=4 * width, dropout_rate=c.dropout_rate,
+      attention_dropout_rate=c.attention_dropout_rate, dtype=dtype, remat=remat,
+      attention=attention)
+
+
 def embeddings_block(c: ml_collections.ConfigDict, dtype) -> Embeddings:
   return Embeddings(c.vocab_size, c.embedding_size, c.max_position_embeddings, c.type_vocab_size,
                     c.dropout_rate, dtype)
@@ -290,12 +302,7 @@ class Electra(nn.Module):
   def setup(self):
     c = self.config
     self.embeddings = embeddings_block(c, self.dtype)
-    gen_width = generator_width(c)
-    self.generator = Encoder(
-        hidden_size=gen_width, num_layers=c.num_layers, num_heads=max(1, gen_width // 64),
-        intermediate_size=4 * gen_width, dropout_rate=c.dropout_rate,
-        attention_dropout_rate=c.attention_dropout_rate, dtype=self.dtype, remat=self.remat,
-        attention=self.attention)
+    self.generator = generator_encoder(c, self.dtype, self.remat, self.attention)
     self.generator_head = MLMHead(c.embedding_size, c.vocab_size, self.dtype)
     self.discriminator = discriminator_encoder(c, self.dtype, self.remat, self.attention)
     self.discriminator_head = DiscriminatorHead(self.dtype)
@@ -359,12 +366,7 @@ class ReplaceMLM(nn.Module):
   def setup(self):
     c = self.config
     self.embeddings = embeddings_block(c, self.dtype)
-    gen_width = generator_width(c)
-    self.generator = Encoder(
-        hidden_size=gen_width, num_layers=c.num_layers, num_heads=max(1, gen_width // 64),
-        intermediate_size=4 * gen_width, dropout_rate=c.dropout_rate,
-        attention_dropout_rate=c.attention_dropout_rate, dtype=self.dtype, remat=self.remat,
-        attention=self.attention)
+    self.generator = generator_encoder(c, self.dtype, self.remat, self.attention)
     self.generator_head = MLMHead(c.embedding_size, c.vocab_size, self.dtype)
     self.discriminator = discriminator_encoder(c, self.dtype, self.remat, self.attention)
     self.mlm_head = MLMHead(c.embedding_size, c.vocab_size, self.dtype)

@@ -33,9 +33,31 @@ def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng,
   micro-batches' losses and gradients add up exactly to the whole batch's. `train` turns dropout
   on. Returns (loss, stats); stats are sums and counts (see `objective.summarize`).
   """
+  input_ids = batch['input_ids']
+  input_mask = (input_ids != special.pad).astype(jnp.float32)
+  masked = prepared.masked
+  gen_logits, mlm_loss, sampled, disc_logits, labels = generate_and_discriminate(
+      apply_fn, params, batch, prepared, dropout_rng, config, train)
+  per_token = optax.sigmoid_binary_cross_entropy(disc_logits, labels)
+  disc_loss = jnp.sum(per_token * input_mask) / jnp.maximum(prepared.token_count, 1.0)
+
+  # Step 7: one joint loss, minimised by one optimizer over both networks.
+  loss = config.gen_weight * mlm_loss + config.disc_weight * disc_loss
+  stats = {
+      'loss': loss, 'mlm_loss': mlm_loss, 'disc_loss': disc_loss,
+      **mlm.accuracy_counts(gen_logits, masked),
+      'sampled_correct': jnp.sum((sampled == masked.targets) * masked.weights),
+      **disc_counts(disc_logits, labels, input_mask),
+  }
+  return loss, stats
+
+
+def generate_and_discriminate(apply_fn, params, batch, prepared: Prepared, dropout_rng,
+                              config: ml_collections.ConfigDict, train: bool):
+  """Steps 4-6 of the recipe: (generator logits [B, P, V], its MLM loss, the sampled tokens
+  [B, P], the discriminator's logits [B, L] on the corrupted input, its labels [B, L])."""
   gen_rng, disc_rng = jax.random.split(dropout_rng)
   input_ids, segment_ids = batch['input_ids'], batch['segment_ids']
-  input_mask = (input_ids != special.pad).astype(jnp.float32)
   masked, variables = prepared.masked, {'params': params}
 
   # Step 4: the generator, with logits at the selected positions only.
@@ -50,18 +72,7 @@ def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng,
   fake_ids, labels = masking.replace_and_label(input_ids, masked, sampled)
   disc_logits = apply_fn(variables, fake_ids, segment_ids, not train,
                          method='discriminate', rngs={'dropout': disc_rng})
-  per_token = optax.sigmoid_binary_cross_entropy(disc_logits, labels)
-  disc_loss = jnp.sum(per_token * input_mask) / jnp.maximum(prepared.token_count, 1.0)
-
-  # Step 7: one joint loss, minimised by one optimizer over both networks.
-  loss = config.gen_weight * mlm_loss + config.disc_weight * disc_loss
-  stats = {
-      'loss': loss, 'mlm_loss': mlm_loss, 'disc_loss': disc_loss,
-      **mlm.accuracy_counts(gen_logits, masked),
-      'sampled_correct': jnp.sum((sampled == masked.targets) * masked.weights),
-      **disc_counts(disc_logits, labels, input_mask),
-  }
-  return loss, stats
+  return gen_logits, mlm_loss, sampled, disc_logits, labels
 
 
 def disc_counts(disc_logits, labels, input_mask):

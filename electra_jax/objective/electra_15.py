@@ -10,12 +10,11 @@ The discriminator still reads the whole sequence; only where its loss is counted
 The disc_* metrics, replaced_fraction included, are over the selected positions.
 """
 
-import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
 
-from electra_jax.objective import electra, masking, mlm
+from electra_jax.objective import electra, mlm
 from electra_jax.objective.masking import Masked, Prepared, SpecialIds
 
 prepare = electra.prepare  # the same masking and sampling keys
@@ -33,16 +32,9 @@ def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng,
                  config: ml_collections.ConfigDict, train: bool = True,
                  special: SpecialIds = SpecialIds()):
   """gen_weight * MLM + disc_weight * RTD at the selected positions; see `electra.partial_loss`."""
-  gen_rng, disc_rng = jax.random.split(dropout_rng)
-  input_ids, segment_ids = batch['input_ids'], batch['segment_ids']
-  masked, variables = prepared.masked, {'params': params}
-  gen_logits = apply_fn(variables, masked.input_ids, segment_ids, masked.positions, not train,
-                        method='generate', rngs={'dropout': gen_rng})
-  mlm_loss = mlm.cross_entropy(gen_logits, masked, prepared.mlm_count)
-  sampled = masking.sample_replacements(prepared.sample_keys, gen_logits, config.temperature)
-  fake_ids, labels = masking.replace_and_label(input_ids, masked, sampled)
-  disc_logits = apply_fn(variables, fake_ids, segment_ids, not train,
-                         method='discriminate', rngs={'dropout': disc_rng})
+  masked = prepared.masked
+  gen_logits, mlm_loss, sampled, disc_logits, labels = electra.generate_and_discriminate(
+      apply_fn, params, batch, prepared, dropout_rng, config, train)
   disc_loss = selected_rtd_loss(disc_logits, labels, masked, prepared.mlm_count)
   loss = config.gen_weight * mlm_loss + config.disc_weight * disc_loss
   at_selected = lambda x: jnp.take_along_axis(x, masked.positions, axis=1)
