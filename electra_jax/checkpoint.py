@@ -163,8 +163,20 @@ def _check_model(name: str, saved: dict, wanted: dict):
                      'new --workdir or the config that run was started with')
 
 
+def shape_mismatches(have, want, have_name: str, want_name: str) -> str:
+  """'' where the trees' tensor paths and shapes agree; else the first three differences and how
+  many more, for an error line. Leaves: arrays, ShapeDtypeStructs or Orbax array metadata."""
+  have, want = _shapes(have), _shapes(want)
+  problems = [f'{p}: {have_name} {have[p]}, {want_name} {want[p]}'
+              for p in want if p in have and have[p] != want[p]]
+  problems += [f'{p} missing from the {have_name}' for p in want if p not in have]
+  problems += [f'{p} in the {have_name} but not in the {want_name}' for p in have if p not in want]
+  more = f' (and {len(problems) - 3} more)' if len(problems) > 3 else ''
+  return '; '.join(problems[:3]) + more
+
+
 def _shapes(tree) -> dict[str, tuple]:
-  return {jax.tree_util.keystr(path).replace("']['", '/').strip("[']"): tuple(x.shape)
+  return {'/'.join(str(getattr(k, 'key', k)) for k in path): tuple(x.shape)
           for path, x in jax.tree_util.tree_leaves_with_path(tree)}
 
 
@@ -174,15 +186,7 @@ def _check_params_fit(name: str, saved_params, params):
   Done before restoring: a restore that fails half-way leaves Orbax's background I/O in a state
   that spills tracebacks at exit, and the message here names the tensor.
   """
-  saved = _shapes(saved_params)
-  wanted = _shapes(params)
-  problems = [f'{p}: checkpoint {saved[p]}, model {wanted[p]}'
-              for p in wanted if p in saved and saved[p] != wanted[p]]
-  problems += [f'{p} missing from the checkpoint' for p in wanted if p not in saved]
-  problems += [f'{p} in the checkpoint but not in the model' for p in saved if p not in wanted]
+  problems = shape_mismatches(saved_params, params, 'checkpoint', 'model')
   if problems:
-    more = f' (and {len(problems) - 3} more)' if len(problems) > 3 else ''
-    raise UsageError(
-        f'{name} does not match the configured model: '
-        f'{"; ".join(problems[:3])}{more}; use a new --workdir or the config that run was '
-        'started with')
+    raise UsageError(f'{name} does not match the configured model: {problems}; use a new '
+                     '--workdir or the config that run was started with')

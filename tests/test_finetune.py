@@ -364,7 +364,8 @@ def test_a_checkpoint_that_does_not_fit_is_refused(files, pretraining_run):
   wider = tiny_model(files[2])
   wider.intermediate_size = 128
   with pytest.raises(UsageError, match=r'parameters of X do not fit.*intermediate/kernel: '
-                                       r'pretrained \(32, 64\), model \(32, 128\)'):
+                                       r'pretrained parameters \(32, 64\), '
+                                       r'fine-tuning model \(32, 128\)'):
     init.initial_params(model_lib.Classifier(wider, 2), start, 0, 32)
 
 

@@ -17,7 +17,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from electra_jax import config as config_lib, model as pretrain_model
+from electra_jax import checkpoint, config as config_lib, model as pretrain_model
 from electra_jax.data import vocab as vocab_lib
 from electra_jax.errors import UsageError
 from electra_jax.finetune import model as model_lib
@@ -85,22 +85,13 @@ def load_start(config: ml_collections.ConfigDict) -> Start:
   return from_run(path) if is_run(path) else from_hf(path, config.vocab)
 
 
-def _shapes(tree, prefix=()) -> dict[str, tuple]:
-  return {'/'.join(prefix + tuple(getattr(k, 'key', str(k)) for k in path)): tuple(np.shape(x))
-          for path, x in jax.tree_util.tree_leaves_with_path(tree)}
-
-
 def check_fits(pretrained: dict[str, Any], wanted: dict[str, Any], description: str):
   """Refuses pretrained subtrees whose tensors are not exactly the classifier's encoder's."""
-  have, want = _shapes(pretrained), _shapes({k: wanted[k] for k in ENCODER})
-  problems = [f'{n}: pretrained {have[n]}, model {want[n]}'
-              for n in want if n in have and have[n] != want[n]]
-  problems += [f'{n} missing from the pretrained parameters' for n in want if n not in have]
-  problems += [f'{n} is not in the fine-tuning model' for n in have if n not in want]
+  problems = checkpoint.shape_mismatches(pretrained, {k: wanted[k] for k in ENCODER},
+                                         'pretrained parameters', 'fine-tuning model')
   if problems:
-    more = f' (and {len(problems) - 3} more)' if len(problems) > 3 else ''
     raise UsageError(f'the parameters of {description} do not fit the fine-tuning model: '
-                     f'{"; ".join(problems[:3])}{more}')
+                     f'{problems}')
 
 
 def initial_params(model: model_lib.Classifier, start: Start, seed: int,
