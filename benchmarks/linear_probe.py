@@ -11,7 +11,7 @@ embedding block's output) is fitted on the training features, its L2 strength ch
 fifth of them held out, and scored on dev. Fine-tuning scores mix what the encoder knows with
 how easily it is moved; a probe measures the first alone, so probes across checkpoints show
 whether pretraining is still adding anything a classifier can use, FLOPs for FLOPs
-(electra_jax/flops.py counts each run's step). Prints a table and writes every score to --out.
+(electra_jax/core/flops.py counts each run's step). Prints a table and writes every score to --out.
 """
 
 import argparse
@@ -28,7 +28,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-from electra_jax import checkpoint, flops, model as pretrain_model
+from electra_jax.training import checkpoint
+from electra_jax.core import flops, model as pretrain_model
 from electra_jax.finetune import features, glue_data, init, model as model_lib, tasks
 from electra_jax.hf import exporting
 

@@ -13,8 +13,8 @@ import statistics
 
 import ml_collections
 
-from electra_jax import flops
-from electra_jax.report import format_duration
+from electra_jax.core import flops
+from electra_jax.training.report import format_duration
 
 TASKS = ('SST-2', 'MRPC')
 OBJECTIVES = ('electra', 'mlm')

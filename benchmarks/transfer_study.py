@@ -9,7 +9,7 @@ so running the command again resumes where it stopped):
             kept for evaluation) prepared once into DIR/data by electra_jax.prepare; then
             electra_jax.main on it twice: ELECTRA for the config's steps (DIR/electra), and
             config.objective=mlm (DIR/mlm) for as many steps as cost the same model FLOPs
-            (electra_jax/flops.py). main resumes an interrupted run from its checkpoint.
+            (electra_jax/core/flops.py). main resumes an interrupted run from its checkpoint.
   finetune  electra_jax.finetune with the paper's recipe on SST-2 (a fixed random subset) and
             MRPC, for every seed, from each pretrained encoder and from random initialisation
             with the recipe's layer-wise decay and with none (DIR/finetune/<start>-<task>).
@@ -39,10 +39,10 @@ from ml_collections import config_flags
 
 import finetune_glue
 import transfer_report
-from electra_jax import config as config_lib, flops
+from electra_jax.core import config as config_lib, flops
 from electra_jax.data import store
-from electra_jax.errors import UsageError
-from electra_jax.report import format_duration
+from electra_jax.core.errors import UsageError
+from electra_jax.training.report import format_duration
 
 REPO = finetune_glue.REPO
 SHARED = os.path.join(os.path.dirname(REPO), 'shared', 'data')

@@ -1,0 +1,5 @@
+"""electra_jax: ELECTRA pretraining in JAX.
+
+Top-level modules are commands (python -m electra_jax.main, .prepare, ...); the packages are the library:
+core/, training/, objective/, data/, finetune/, hf/. docs/layout.md has the map.
+"""

@@ -10,14 +10,14 @@ median is reported as one JSON line (`result_record` lists the fields).
 
 With --topology=NAME (v4-8, v5litepod-8, v6e-8, v4-32, ...) nothing runs: the same step is
 compiled for that TPU slice on this host, which needs libtpu but no TPU, and the line reports
-what the step will cost there (electra_jax/aot.py): bytes per chip against HBM, the largest
-per-chip batch that fits with and without remat, XLA's FLOPs and bytes next to flops.py's, a
+what the step will cost there (electra_jax/training/aot.py): bytes per chip against HBM, the largest
+per-chip batch that fits with and without remat, XLA's FLOPs and bytes next to core/flops.py's, a
 roofline lower bound on the step time, the collectives, and the compile time. --step=finetune
 compiles the fine-tuning step instead (configs/finetune/glue.py's recipe on --config's model).
 
 python -m electra_jax.benchmark --config=configs/base.py --topology=v4-8 [--config.x=y ...]
 
-FLOPs are the analytic model FLOPs of `flops.py` for the config's objective
+FLOPs are the analytic model FLOPs of `core/flops.py` for the config's objective
 (`--config.objective=mlm` times BERT's masked LM). The peak is the data-sheet bfloat16 peak of
 an accelerator (`flops.PEAK_BF16_FLOPS`), or, on a CPU, the best rate of a large matmul in the
 step's dtype, measured in the same process.
@@ -35,9 +35,11 @@ import ml_collections
 from ml_collections import config_flags
 import numpy as np
 
-from electra_jax import cli, flops, objective, optim, train
-from electra_jax import config as config_lib
-from electra_jax.model import attention_kernel
+from electra_jax.core import cli, flops, optim
+from electra_jax import objective
+from electra_jax.training import train
+from electra_jax.core import config as config_lib
+from electra_jax.core.model import attention_kernel
 
 USAGE = ('python -m electra_jax.benchmark --config=configs/small.py [--config.batch_size=B '
          '--config.max_seq_length=L ...] [--steps=N | --topology=v4-8 [--step=finetune]]')
@@ -242,8 +244,8 @@ def compile_for_topology(config: ml_collections.ConfigDict, topology: str, step:
                          search_batch: bool = True,
                          finetune_config: ml_collections.ConfigDict | None = None,
                          finetune_examples: int = 67349) -> dict:
-  """The --topology record: `step` compiled for the TPU slice `topology` (see aot.py)."""
-  from electra_jax import aot  # pylint: disable=g-import-not-at-top
+  """The --topology record: `step` compiled for the TPU slice `topology` (see training/aot.py)."""
+  from electra_jax.training import aot  # pylint: disable=g-import-not-at-top
   from electra_jax.finetune import settings, tasks  # pylint: disable=g-import-not-at-top
   sliced = aot.slice_devices(topology)
   if step == 'pretrain':

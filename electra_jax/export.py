@@ -12,7 +12,7 @@ ElectraForTokenClassification (hf/finetuned.py).
 
 from absl import app, flags
 
-from electra_jax import cli
+from electra_jax.core import cli
 
 USAGE = ('python -m electra_jax.export --workdir=RUN --out=DIR [--step=N] [--overwrite]\n'
          '       python -m electra_jax.export --workdir=FINETUNED --out=DIR [--seed=N] '

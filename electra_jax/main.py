@@ -9,7 +9,7 @@ import glob
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from electra_jax import cli
+from electra_jax.core import cli
 
 USAGE = 'python -m electra_jax.main --config=configs/tiny.py --workdir=DIR [--config.x=y ...]'
 
@@ -51,7 +51,7 @@ def main(argv):
   if len(argv) > 1:
     cli.fail(f'unexpected arguments: {" ".join(argv[1:])}')
   start_processes()
-  from electra_jax import train  # pylint: disable=g-import-not-at-top  (keeps --help fast)
+  from electra_jax.training import train  # pylint: disable=g-import-not-at-top  (keeps --help fast)
   cli.quiet_orbax()
   cli.run(train.train_and_evaluate, _CONFIG.value, _WORKDIR.value)
 

@@ -77,6 +77,20 @@ remote_command() {
   printf '%s' "${line# }"
 }
 
+# The command that starts pretraining in the tmux session 'electra' of a TPU host, with the
+# launcher's CONFIG, TRAIN_FILES, EVAL_FILES and EXTRA_FLAGS, writing to the workdir $1.
+remote_train_command() {
+  local flags=(--config="${REMOTE_CODE}/configs/${CONFIG}.py" --workdir="$1"
+               --config.data.train_files="${TRAIN_FILES}")
+  if [[ -n "${EVAL_FILES}" ]]; then
+    flags+=(--config.data.eval_files="${EVAL_FILES}")
+  fi
+  local extra=()
+  read -r -a extra <<< "${EXTRA_FLAGS}" || true
+  remote_command bash "${REMOTE_CODE}/launch/remote_train.sh" start "${REMOTE_LOG}" \
+    "${flags[@]}" ${extra[@]+"${extra[@]}"}
+}
+
 # Refuses to touch Google Cloud while the setting named $1 still holds the placeholder $2 (or a
 # value built from it). A dry run may keep placeholders: it only prints.
 require_setting() {
@@ -129,5 +143,31 @@ check_commands() {
       printf 'unknown command: %s\n\n' "${command}" >&2
       usage 2
     fi
+  done
+}
+
+# What every launcher checks before it runs anything: the commands $2.. are among those it knows
+# ($1), PROJECT is set, and DATA_SOURCE is when the corpus is to be copied.
+check_launch() {
+  local known=$1
+  shift
+  check_commands "${known}" "$@"
+  require_setting PROJECT my-gcp-project
+  if [[ " $* " == *" data "* ]]; then
+    require_setting DATA_SOURCE gs://my-bucket
+  fi
+}
+
+# Runs the launcher's commands in the order given (each is a function of the launcher; three
+# have other names, because bash (wait, export) or the system (ssh) already uses theirs).
+run_commands() {
+  local command
+  for command in "$@"; do
+    case "${command}" in
+      wait) wait_active ;;
+      export) export_hf ;;
+      ssh) open_shell ;;
+      *) "${command}" ;;
+    esac
   done
 }

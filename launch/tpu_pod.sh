@@ -152,15 +152,7 @@ data() {
 
 train() {
   step "Start pretraining in the tmux session 'electra' on every worker (logs: ~/${REMOTE_LOG})"
-  local flags=(--config="${REMOTE_CODE}/configs/${CONFIG}.py" --workdir="${WORKDIR}"
-               --config.data.train_files="${TRAIN_FILES}")
-  if [[ -n "${EVAL_FILES}" ]]; then
-    flags+=(--config.data.eval_files="${EVAL_FILES}")
-  fi
-  local extra=()
-  read -r -a extra <<< "${EXTRA_FLAGS}" || true
-  pod_ssh all "$(remote_command bash "${REMOTE_CODE}/launch/remote_train.sh" start "${REMOTE_LOG}" \
-    "${flags[@]}" ${extra[@]+"${extra[@]}"})"
+  pod_ssh all "$(remote_train_command "${WORKDIR}")"
 }
 
 logs() {
@@ -199,23 +191,11 @@ main() {
     DRY_RUN=1
     shift
   fi
-  check_commands "create wait status setup data train logs export fetch ssh delete" "$@"
-  require_setting PROJECT my-gcp-project
-  if [[ " $* " == *" data "* ]]; then
-    require_setting DATA_SOURCE gs://my-bucket
-  fi
+  check_launch "create wait status setup data train logs export fetch ssh delete" "$@"
   if [[ " $* " == *" train "* || " $* " == *" export "* || " $* " == *" fetch "* ]]; then
     require_setting WORKDIR gs://my-bucket
   fi
-  local command
-  for command in "$@"; do
-    case "${command}" in
-      wait) wait_active ;;
-      export) export_hf ;;
-      ssh) open_shell ;;
-      *) "${command}" ;;
-    esac
-  done
+  run_commands "$@"
 }
 
 main "$@"

@@ -113,15 +113,7 @@ data() {
 
 train() {
   step "Start pretraining in the tmux session 'electra' on the VM (log: ~/${REMOTE_LOG})"
-  local flags=(--config="${REMOTE_CODE}/configs/${CONFIG}.py" --workdir="${REMOTE_WORKDIR}"
-               --config.data.train_files="${TRAIN_FILES}")
-  if [[ -n "${EVAL_FILES}" ]]; then
-    flags+=(--config.data.eval_files="${EVAL_FILES}")
-  fi
-  local extra=()
-  read -r -a extra <<< "${EXTRA_FLAGS}" || true
-  vm_ssh "$(remote_command bash "${REMOTE_CODE}/launch/remote_train.sh" start "${REMOTE_LOG}" \
-    "${flags[@]}" ${extra[@]+"${extra[@]}"})"
+  vm_ssh "$(remote_train_command "${REMOTE_WORKDIR}")"
 }
 
 logs() {
@@ -165,22 +157,11 @@ main() {
     DRY_RUN=1
     shift
   fi
-  check_commands "create setup data train logs export save fetch ssh delete" "$@"
-  require_setting PROJECT my-gcp-project
-  if [[ " $* " == *" data "* ]]; then
-    require_setting DATA_SOURCE gs://my-bucket
-  fi
+  check_launch "create setup data train logs export save fetch ssh delete" "$@"
   if [[ " $* " == *" save "* ]]; then
     require_setting RESULTS_URI gs://my-bucket
   fi
-  local command
-  for command in "$@"; do
-    case "${command}" in
-      export) export_hf ;;
-      ssh) open_shell ;;
-      *) "${command}" ;;
-    esac
-  done
+  run_commands "$@"
 }
 
 main "$@"

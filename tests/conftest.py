@@ -35,7 +35,7 @@ def real_file(path: Path) -> Path:
 
 def load_config(name: str):
   """get_config() of configs/<name>.py."""
-  from electra_jax.config import load_config_file  # pylint: disable=g-import-not-at-top
+  from electra_jax.core.config import load_config_file  # pylint: disable=g-import-not-at-top
   return load_config_file(str(REPO / 'configs' / f'{name}.py'))
 
 
@@ -46,3 +46,11 @@ def tree_digest(path):
     if file.is_file():
       digest.update(str(file.relative_to(path)).encode() + file.read_bytes())
   return digest.hexdigest()
+
+
+def error_line(result):
+  """The one `electra_jax: error:` line a failed command ends with (and no traceback)."""
+  assert result.returncode != 0
+  lines = [l for l in result.stderr.strip().splitlines() if l.startswith('electra_jax: error:')]
+  assert len(lines) == 1 and 'Traceback' not in result.stderr, result.stderr[-2000:]
+  return lines[0]

@@ -2,13 +2,13 @@
 
 python data_worker.py batches STORE OUT PORT PROCESS_INDEX
     One of two JAX processes (2 CPU devices each, joined by jax.distributed): builds the global
-    batches of the first steps through input_pipeline.train_batches on a 4-device mesh, and
+    batches of the first steps through batches_lib.train_batches on a 4-device mesh, and
     writes its own example ids and the whole gathered global batch to OUT/process_<i>.npz.
 
 python data_worker.py consume STORE WORKDIR NUM_STEPS SAVE_EVERY
     The trainer's data loop without the model: resumes at the step saved in WORKDIR/step.json,
     reads the batch of every step, appends "step id id ..." to WORKDIR/consumed.log, and saves
-    the step every SAVE_EVERY steps, as train.py checkpoints its state.
+    the step every SAVE_EVERY steps, as training/train.py checkpoints its state.
 """
 
 import json
@@ -27,8 +27,8 @@ def batches(store_dir, out, port, index):
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
   from jax.sharding import NamedSharding, PartitionSpec  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from electra_jax import config as config_lib  # pylint: disable=g-import-not-at-top
-  from electra_jax import input_pipeline, train  # pylint: disable=g-import-not-at-top
+  from electra_jax.core import config as config_lib  # pylint: disable=g-import-not-at-top
+  from electra_jax.training import batches as batches_lib, train  # pylint: disable=g-import-not-at-top
   from electra_jax.data import pipeline, store  # pylint: disable=g-import-not-at-top
 
   examples = store.open_store(store_dir)
@@ -38,7 +38,7 @@ def batches(store_dir, out, port, index):
   sharding = NamedSharding(train.make_mesh(), PartitionSpec('data'))
   assert jax.device_count() == 4 and jax.local_device_count() == 2
   ids, global_batches = [], {'input_ids': [], 'segment_ids': []}
-  for step, batch in enumerate(input_pipeline.train_batches(examples, config, 0, sharding)):
+  for step, batch in enumerate(batches_lib.train_batches(examples, config, 0, sharding)):
     ids.append(pipeline.local_batch_indices(examples, BATCH, SEED, step, jax.process_index(),
                                             jax.process_count()))
     for key, value in batch.items():

@@ -1,4 +1,4 @@
-"""The real steps compiled for a TPU slice on this CPU host (electra_jax/aot.py, benchmark --topology).
+"""The real steps compiled for a TPU slice on this CPU host (electra_jax/training/aot.py, benchmark --topology).
 
 Compiling needs libtpu (the 'test' extra installs it), never a TPU; without libtpu the tests that
 compile are skipped. The CPU tests elsewhere are unaffected: conftest sets JAX_PLATFORMS=cpu.
@@ -12,7 +12,8 @@ import sys
 import pytest
 
 from conftest import REPO, load_config
-from electra_jax import aot, benchmark
+from electra_jax.training import aot
+from electra_jax import benchmark
 
 requires_libtpu = pytest.mark.skipif(
     importlib.util.find_spec('libtpu') is None,
@@ -143,7 +144,7 @@ def test_multi_host_slice_compiles_from_one_process():
 @pytest.mark.slow
 @requires_libtpu
 def test_finetune_step_compiles_for_v4_8():
-  from electra_jax.config import load_config_file  # pylint: disable=g-import-not-at-top
+  from electra_jax.core.config import load_config_file  # pylint: disable=g-import-not-at-top
   glue = load_config_file(str(REPO / 'configs' / 'finetune' / 'glue.py'))
   record = benchmark.compile_for_topology(small_tiny(), 'v4-8', 'finetune', finetune_config=glue,
                                           finetune_examples=1000)

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from conftest import REPO, load_config
-from electra_jax import benchmark, flops, model as model_lib, objective, optim, train
+from electra_jax import benchmark, objective
+from electra_jax.core import flops, model as model_lib, optim
+from electra_jax.training import train
 
 RECORD_FIELDS = (
     'framework', 'device_kind', 'device_count', 'dtype', 'batch_size', 'max_seq_length', 'steps',

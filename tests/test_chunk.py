@@ -11,9 +11,9 @@ import torch
 import transformers
 
 from conftest import REPO, SHARED_DATA, real_file as real
-from electra_jax.config import load_config_file
+from electra_jax.core.config import load_config_file
 from electra_jax.data import wordpiece
-from electra_jax.errors import UsageError
+from electra_jax.core.errors import UsageError
 from electra_jax.finetune import chunk_data, chunk_metrics, model as model_lib, run
 from electra_jax.hf import finetuned
 

@@ -10,7 +10,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from electra_jax import model as model_lib
+from electra_jax.core import model as model_lib
 from electra_jax.hf import exporting
 
 MODEL = ml_collections.ConfigDict(dict(
@@ -92,8 +92,8 @@ def test_export_and_fine_tuning_take_the_discriminators_effective_table(models):
 
 
 def test_embedding_sharing_is_checked(tmp_path):
-  from electra_jax import config as config_lib  # pylint: disable=g-import-not-at-top
-  from electra_jax.errors import UsageError  # pylint: disable=g-import-not-at-top
+  from electra_jax.core import config as config_lib  # pylint: disable=g-import-not-at-top
+  from electra_jax.core.errors import UsageError  # pylint: disable=g-import-not-at-top
   config = config_lib.default_config()
   config.data.train_files = 'x.txt'
   config.embedding_sharing = 'tied'

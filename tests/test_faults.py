@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, tree_digest
+from conftest import REPO, error_line, tree_digest
 from test_finetune import TINY, glue_folder, sentences, write_vocab
 
 TMP_MARK = '.orbax-checkpoint-tmp'  # how Orbax names a checkpoint it has not committed yet
@@ -223,7 +223,7 @@ def test_many_kills_resume_exactly(corpus, tmp_path):
 
 
 def test_a_metrics_line_cut_by_a_kill_is_dropped_on_resume(tmp_path):
-  from electra_jax import report  # pylint: disable=g-import-not-at-top
+  from electra_jax.training import report  # pylint: disable=g-import-not-at-top
   whole = ''.join(json.dumps({'step': s, 'loss': 1.0}) + '\n' for s in (1, 2, 3))
   (tmp_path / 'metrics.jsonl').write_text(whole + '{"step": 4, "lo')
   report.trim_metrics_file(str(tmp_path), 2)
@@ -233,14 +233,6 @@ def test_a_metrics_line_cut_by_a_kill_is_dropped_on_resume(tmp_path):
 
 
 # ---- damaged checkpoints, and checkpoints of another run ---------------------------------------
-
-def error_line(result):
-  """The one `electra_jax: error:` line a failed run ends with (no traceback)."""
-  assert result.returncode != 0
-  lines = [l for l in result.stderr.strip().splitlines() if l.startswith('electra_jax: error:')]
-  assert len(lines) == 1 and 'Traceback' not in result.stderr, result.stderr[-2000:]
-  return lines[0]
-
 
 def truncate_largest_array_file(checkpoint):
   largest = max(checkpoint.rglob('ocdbt.process_0/d/*'), key=lambda f: f.stat().st_size)
@@ -376,7 +368,7 @@ def logged_lines(workdir):
 
 def test_a_fine_tuning_workdir_of_another_recipe_is_refused(tmp_path):
   # pylint: disable=g-import-not-at-top
-  from electra_jax.errors import UsageError
+  from electra_jax.core.errors import UsageError
   from electra_jax.finetune import train as finetune
   from test_finetune import finetune_config
   config = finetune_config(task='SST-2', seeds='0')
@@ -394,7 +386,7 @@ RESTORE_A_DAMAGED_CHECKPOINT = """
 import gc, pathlib, sys, time
 from typing import NamedTuple
 import jax, numpy as np
-from electra_jax import checkpoint
+from electra_jax.training import checkpoint
 
 class State(NamedTuple):
   params: dict

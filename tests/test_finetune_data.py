@@ -7,7 +7,7 @@ import scipy.stats
 import sklearn.metrics
 
 from conftest import SHARED_DATA
-from electra_jax.errors import UsageError
+from electra_jax.core.errors import UsageError
 from electra_jax.finetune import features, glue_data, metrics, tasks
 
 GLUE = SHARED_DATA / 'glue'

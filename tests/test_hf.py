@@ -22,12 +22,12 @@ import safetensors.numpy
 import torch
 import transformers
 
-from conftest import REPO, WIKITEXT
-from electra_jax import config as config_lib
+from conftest import REPO, WIKITEXT, error_line
+from electra_jax.core import config as config_lib
 from electra_jax.data import packing, vocab as vocab_lib
-from electra_jax.errors import UsageError
+from electra_jax.core.errors import UsageError
 from electra_jax.hf import exporting, files, importing
-from electra_jax.model import Electra, MaskedLM, init_params
+from electra_jax.core.model import Electra, MaskedLM, init_params
 from electra_jax.objective import masking, mlm
 from test_tokenizer_export import google_vocab
 
@@ -465,8 +465,4 @@ def test_command_line_errors_are_one_line(tmp_path):
   for module, args in (('electra_jax.export', [f'--workdir={tmp_path}', f'--out={tmp_path}/o']),
                        ('electra_jax.import_hf', [f'--hf_dir={tmp_path}', f'--workdir={tmp_path}/w',
                                                   f'--config={REPO / "configs" / "tiny.py"}'])):
-    result = cli(module, *args)
-    lines = [line for line in result.stderr.splitlines()
-             if line.startswith('electra_jax: error:')]
-    assert result.returncode != 0 and len(lines) == 1, result.stderr[-2000:]
-    assert 'Traceback' not in result.stderr
+    error_line(cli(module, *args))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, WIKITEXT, tree_digest
+from conftest import REPO, WIKITEXT, error_line, tree_digest
 
 SMALL_RUN = ['--config.batch_size=16', '--config.max_seq_length=64', '--config.model.vocab_size=1000',
              '--config.warmup_steps=10', '--config.log_every=10', '--config.save_every=20',
@@ -150,7 +150,8 @@ def test_mlm_run_fine_tunes_and_exports_like_an_electra_run(mlm_run, tmp_path):
   import jax
   import numpy as np
   import transformers
-  from electra_jax import checkpoint, config as config_lib, optim, train
+  from electra_jax.training import checkpoint, train
+  from electra_jax.core import config as config_lib, optim
   from electra_jax.finetune import init, model as finetune_model
   from electra_jax.hf import exporting
   from jax.sharding import NamedSharding, PartitionSpec as P
@@ -202,13 +203,6 @@ def test_linear_probe_scores_every_checkpoint_and_random_init(mlm_run, tmp_path)
     for kind in ('cls', 'mean', 'embeddings_mean'):
       assert 0.3 < row[kind]['accuracy'] < 1.0 and row[kind]['l2'] > 0
   assert f'{mlm_run} step      4' in result.stdout
-
-
-def error_line(result):
-  assert result.returncode != 0
-  lines = [l for l in result.stderr.strip().splitlines() if l.startswith('electra_jax: error:')]
-  assert len(lines) == 1 and 'Traceback' not in result.stderr, result.stderr[-2000:]
-  return lines[0]
 
 
 def test_unknown_config_field(tmp_path):

@@ -16,9 +16,10 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from conftest import load_config
-from electra_jax import checkpoint, cli, optim, train
+from electra_jax.training import checkpoint, train
+from electra_jax.core import cli, optim
 from electra_jax.data import pipeline, prepared_dir
-from electra_jax.errors import UsageError
+from electra_jax.core.errors import UsageError
 from electra_jax.finetune import train as finetune
 from test_finetune import TINY, finetune_config, glue_folder, sentences, write_vocab
 

@@ -13,7 +13,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from electra_jax import flops, objective
+from electra_jax.core import flops
+from electra_jax import objective
 from electra_jax.objective import masking
 
 B, L, N, V = 2, 6, 2, 10
@@ -199,8 +200,8 @@ def test_every_objective_has_flops_and_the_ablations_count_their_heads():
 
 
 def test_an_unknown_objective_is_one_clear_error():
-  from electra_jax import config as config_lib  # pylint: disable=g-import-not-at-top
-  from electra_jax.errors import UsageError  # pylint: disable=g-import-not-at-top
+  from electra_jax.core import config as config_lib  # pylint: disable=g-import-not-at-top
+  from electra_jax.core.errors import UsageError  # pylint: disable=g-import-not-at-top
   config = config_lib.default_config()
   config.data.train_files = 'x.txt'
   config.objective = 'electra15'

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from conftest import REPO, WIKITEXT, load_config, tree_digest
-from electra_jax import input_pipeline, train
+from electra_jax.training import batches as batches_lib, train
 from electra_jax.data import packing, pipeline, preparation, sources, store, vocab as vocab_lib
-from electra_jax.errors import UsageError
+from electra_jax.core.errors import UsageError
 
 WIKI_PART = WIKITEXT / 'wiki.train.PARTIAL-first-1019-lines.raw'
 
@@ -193,7 +193,7 @@ def test_prefetched_batches_equal_the_batches_of_each_step(prepared):
   expected = [pipeline.local_batch(examples, 8, config.seed, s) for s in range(3, 9)]
   for depth in (0, 2):
     config.data.prefetch_batches = depth
-    got = list(input_pipeline.train_batches(examples, config, 3, sharding))
+    got = list(batches_lib.train_batches(examples, config, 3, sharding))
     assert len(got) == 6
     for batch, want in zip(got, expected):
       assert batch['input_ids'].sharding == sharding
@@ -209,7 +209,7 @@ def test_prefetched_batches_equal_the_batches_of_each_step(prepared):
       Failing.calls += 1
       return examples.gather(ids)
   Failing.calls = 0
-  batches = input_pipeline.train_batches(Failing(), config, 0, sharding)
+  batches = batches_lib.train_batches(Failing(), config, 0, sharding)
   next(batches), next(batches)
   with pytest.raises(UsageError, match='disk gone'):
     next(batches)
@@ -272,19 +272,19 @@ def test_run_on_prepared_data_takes_its_vocabulary_and_refuses_another(tfds_prep
   config.data.prepared_dir = str(root / 'prepared')
   (tmp_path / 'run').mkdir()
   (tmp_path / 'other_run').mkdir()
-  vocab = input_pipeline.setup_vocab(config, str(tmp_path / 'run'))
+  vocab = batches_lib.setup_vocab(config, str(tmp_path / 'run'))
   prepared_vocab = vocab_lib.load_vocab(str(root / 'prepared' / 'vocab.model'))
   assert vocab.fingerprint() == prepared_vocab.fingerprint()
   for split in ('train', 'eval'):
-    examples = input_pipeline.load_examples(config, str(tmp_path / 'run'), vocab, split)
+    examples = batches_lib.load_examples(config, str(tmp_path / 'run'), vocab, split)
     assert len(examples) > 1000 and examples.directory == str(root / 'prepared' / split)
 
   config.model.vocab_size = 300
   config.data.vocab_model = vocab_lib.train_vocab([str(WIKI_PART)], 300,
                                                   str(tmp_path / 'other')).model_path
-  other = input_pipeline.setup_vocab(config, str(tmp_path / 'other_run'))
+  other = batches_lib.setup_vocab(config, str(tmp_path / 'other_run'))
   with pytest.raises(UsageError, match='was prepared with vocabulary sha256'):
-    input_pipeline.load_examples(config, str(tmp_path / 'other_run'), other, 'train')
+    batches_lib.load_examples(config, str(tmp_path / 'other_run'), other, 'train')
 
 
 def test_tfds_corpus_trains_end_to_end_through_main(tfds_prepared, tmp_path):

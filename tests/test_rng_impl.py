@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from conftest import load_config
-from electra_jax import config as config_lib, optim, train
-from electra_jax.errors import UsageError
+from electra_jax.core import config as config_lib
+from electra_jax.training import train
+from electra_jax.core.errors import UsageError
 from test_objective import packed_like_sequences
 from test_train import run_steps
 

@@ -33,7 +33,9 @@ import optax
 import torch
 
 from conftest import load_config
-from electra_jax import objective, optim, train
+from electra_jax import objective
+from electra_jax.core import optim
+from electra_jax.training import train
 from test_hf import pair_batch
 import torch_reference
 

@@ -16,7 +16,7 @@ import transformers
 
 from conftest import SHARED_DATA
 from electra_jax.data import packing, vocab as vocab_lib, wordpiece
-from electra_jax.errors import UsageError
+from electra_jax.core.errors import UsageError
 from electra_jax.hf import tokenizer as tokenizer_lib
 
 UNUSUAL_TEXTS = [

@@ -4,7 +4,8 @@ import jax
 import numpy as np
 
 from conftest import load_config
-from electra_jax import model as model_lib, optim, train
+from electra_jax.core import model as model_lib, optim
+from electra_jax.training import train
 from test_objective import packed_like_sequences
 
 
@@ -138,7 +139,7 @@ def test_remat_changes_nothing_but_memory():
 
 
 def test_checkpoint_saved_on_4_devices_restores_on_2_and_1(tmp_path):
-  from electra_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  from electra_jax.training import checkpoint  # pylint: disable=g-import-not-at-top
   config = small_config()
   batches = random_batches(4, 8)
 

@@ -10,7 +10,7 @@ import ml_collections
 import pytest
 
 from conftest import REPO, SHARED_DATA, tree_digest
-from electra_jax import flops
+from electra_jax.core import flops
 
 CORPUS = SHARED_DATA / 'pretraining-text'
 GLUE = SHARED_DATA / 'glue'

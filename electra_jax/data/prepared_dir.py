@@ -8,7 +8,7 @@ import os
 import shutil
 
 from electra_jax.data import preparation, sources as sources_lib, store, vocab as vocab_lib
-from electra_jax.errors import UsageError
+from electra_jax.core.errors import UsageError
 
 SPLITS = ('train', 'eval')
 # A vocabulary's files: sentencepiece's model and its piece list, or a WordPiece vocab.txt.

@@ -20,7 +20,7 @@ import sentencepiece as spm
 
 from electra_jax.data import text
 from electra_jax.data import wordpiece
-from electra_jax.errors import UsageError
+from electra_jax.core.errors import UsageError
 
 T = TypeVar('T')
 

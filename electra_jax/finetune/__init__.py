@@ -1,4 +1,4 @@
-"""GLUE fine-tuning: tasks, data, the classifier, layer-wise LR decay, the loop, the results.
+"""Fine-tuning on GLUE, SQuAD 1.1/2.0 and CoNLL-2000 chunking: data, heads, the loop, results.
 
 Command line: python -m electra_jax.finetune (see __main__.py).
 """

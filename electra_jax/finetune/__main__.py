@@ -14,7 +14,7 @@ predictions.json (SQuAD answers; for 2.0 also null_odds.json) or predictions.txt
 from absl import app, flags
 from ml_collections import config_flags
 
-from electra_jax import cli
+from electra_jax.core import cli
 
 USAGE = ('python -m electra_jax.finetune --config=configs/finetune/glue.py --config.task=TASK '
          '--config.init_from=RUN_OR_HF_DIR --workdir=DIR [--config.x=y ...]')

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from electra_jax.errors import UsageError
+from electra_jax.core.errors import UsageError
 from electra_jax.finetune import chunk_metrics
 
 ENCODINGS = ('BIOES', 'BIO')

@@ -10,7 +10,6 @@ gives the same F1) per seed in seed_<n>/ and for the median seed (by F1) in DIR 
 import dataclasses
 import functools
 import os
-import time
 
 from absl import logging
 import jax
@@ -18,9 +17,8 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from electra_jax import config as config_lib, train as pretrain
-from electra_jax.errors import UsageError
-from electra_jax.finetune import chunk_data, chunk_metrics, cpu_threefry, init, optim, results
+from electra_jax.core.errors import UsageError
+from electra_jax.finetune import chunk_data, chunk_metrics, cpu_threefry, init, optim
 from electra_jax.finetune import model as model_lib, settings, train
 
 
@@ -94,16 +92,7 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
     return ({'eval': chunk_metrics.conlleval(eval_set.tags, tags)},
             {'predictions.txt': chunk_data.conlleval_text(eval_set, tags)})
 
-  started = time.perf_counter()
-  outcomes = train.for_each_seed(config, workdir, total_steps, run_seed)
-  budget = {'train_sentences': len(train_set.words), 'eval_sentences': len(eval_set.words),
-            'steps': total_steps, 'batch_size': config.batch_size, 'epochs': config.num_epochs,
-            'max_seq_length': config.max_seq_length,
-            'seconds': round(time.perf_counter() - started, 1)}
-  summary = results.write_seeds(
-      workdir, config, start.description, budget, ('eval', 'f1'),
-      {seed: scores for seed, (scores, _) in outcomes.items()},
-      {seed: files for seed, (_, files) in outcomes.items()},
+  return train.run_and_write_seeds(
+      config, workdir, start, compiled, total_steps, run_seed, ('eval', 'f1'),
+      {'train_sentences': len(train_set.words), 'eval_sentences': len(eval_set.words)},
       train_file=train_set.path, eval_file=eval_set.path, labels=list(labels))
-  pretrain.check_compiled_once(compiled.step)
-  return summary

@@ -17,9 +17,10 @@ import jax
 import ml_collections
 import numpy as np
 
-from electra_jax import checkpoint, config as config_lib, model as pretrain_model
+from electra_jax.training import checkpoint
+from electra_jax.core import config as config_lib, model as pretrain_model
 from electra_jax.data import vocab as vocab_lib
-from electra_jax.errors import UsageError
+from electra_jax.core.errors import UsageError
 from electra_jax.finetune import model as model_lib
 from electra_jax.hf import exporting, importing, model_config
 

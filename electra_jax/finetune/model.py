@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from electra_jax.model import Embeddings, Encoder
+from electra_jax.core.model import Embeddings, Encoder
 
 
 def encode(module: nn.Module, input_ids, segment_ids, deterministic: bool):

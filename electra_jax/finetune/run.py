@@ -6,7 +6,7 @@ configs/finetune/chunk.py: each family's config holds the fields its data and he
 
 import ml_collections
 
-from electra_jax.errors import UsageError
+from electra_jax.core.errors import UsageError
 from electra_jax.finetune import chunk_run, squad_run, tasks, train
 
 # A field only the family's config file has, to tell a config file meant for another family.

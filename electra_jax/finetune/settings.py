@@ -6,9 +6,9 @@ resolved config, with every number used, is what DIR/config.json records.
 
 import ml_collections
 
-from electra_jax import nonfinite
-from electra_jax.config import load_config_file
-from electra_jax.errors import UsageError
+from electra_jax.training import nonfinite
+from electra_jax.core.config import load_config_file
+from electra_jax.core.errors import UsageError
 from electra_jax.finetune.tasks import Task
 
 # Fields of configs/finetune/glue.py that only GLUE's data and classifier read.

@@ -12,15 +12,13 @@ search reads, as the original's does).
 import dataclasses
 import functools
 import os
-import time
 
 from absl import logging
 import jax
 import ml_collections
 
-from electra_jax import config as config_lib, train as pretrain
-from electra_jax.errors import UsageError
-from electra_jax.finetune import cpu_threefry, init, optim, qa_model, results, settings
+from electra_jax.core.errors import UsageError
+from electra_jax.finetune import cpu_threefry, init, optim, qa_model, settings
 from electra_jax.finetune import squad_data, squad_features, squad_metrics, squad_predict
 from electra_jax.finetune import train
 
@@ -134,18 +132,9 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
     return ({'dev': score(task, gold, found, config.na_threshold)},
             output_files(task, found, config.na_threshold))
 
-  started = time.perf_counter()
-  outcomes = train.for_each_seed(config, workdir, total_steps, run_seed)
-  budget = {'train_questions': len(train_set.questions), 'train_questions_left_out': dropped,
-            'train_windows': len(train_windows.input_ids), 'dev_questions': len(dev_set.questions),
-            'dev_windows': len(dev_windows.input_ids), 'steps': total_steps,
-            'batch_size': config.batch_size, 'epochs': config.num_epochs,
-            'max_seq_length': config.max_seq_length,
-            'seconds': round(time.perf_counter() - started, 1)}
-  summary = results.write_seeds(
-      workdir, config, start.description, budget, ('dev', 'f1'),
-      {seed: scores for seed, (scores, _) in outcomes.items()},
-      {seed: files for seed, (_, files) in outcomes.items()},
+  return train.run_and_write_seeds(
+      config, workdir, start, compiled, total_steps, run_seed, ('dev', 'f1'),
+      {'train_questions': len(train_set.questions), 'train_questions_left_out': dropped,
+       'train_windows': len(train_windows.input_ids), 'dev_questions': len(dev_set.questions),
+       'dev_windows': len(dev_windows.input_ids)},
       train_file=train_set.path, dev_file=dev_set.path, head=config.head)
-  pretrain.check_compiled_once(compiled.step)
-  return summary

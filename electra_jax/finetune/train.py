@@ -29,9 +29,10 @@ import optax
 import orbax.checkpoint as ocp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from electra_jax import checkpoint, config as config_lib, nonfinite, optim as pretrain_optim
-from electra_jax import train as pretrain
-from electra_jax.errors import UsageError
+from electra_jax.training import checkpoint, nonfinite
+from electra_jax.core import config as config_lib, optim as pretrain_optim
+from electra_jax.training import train as pretrain
+from electra_jax.core.errors import UsageError
 from electra_jax.finetune import cpu_threefry, features, glue_data, init, metrics, optim, results
 from electra_jax.finetune import model as model_lib, settings, tasks
 
@@ -56,7 +57,7 @@ def train_step(state, inputs, order, *, loss_of, optimizer):
   """One update on the batch order[state.step] of the training `inputs`, dropout key
   fold_in(state.rng, state.step); loss_of(params, batch, rng) is the task family's loss.
   Returns (state, loss, nonfinite): as in pretraining, an update that is not finite is not
-  applied (nonfinite.py); then only the step advances, the loss reads 0 and `nonfinite` 1."""
+  applied (training/nonfinite.py); then only the step advances, the loss reads 0 and `nonfinite` 1."""
   batch = gather_batch(inputs, order, state.step)
   rng = jax.random.fold_in(state.rng, state.step)
   loss, grads = jax.value_and_grad(loss_of)(state.params, batch, rng)
@@ -260,6 +261,24 @@ def for_each_seed(config, workdir: str, total_steps: int, run_seed) -> dict:
       outcomes[seed] = run_seed(seed, log)
       logging.info('seed %d: %s', seed, results.format_scores(outcomes[seed][0]))
   return outcomes
+
+
+def run_and_write_seeds(config, workdir: str, start, compiled, total_steps: int, run_seed,
+                        score: tuple[str, str], budget: dict, **extra) -> dict:
+  """Every seed of a task family other than GLUE: for_each_seed, then results.write_seeds with
+  `budget` completed by the training budget and the wall time. run_seed's outcome is
+  (scores, files)."""
+  started = time.perf_counter()
+  outcomes = for_each_seed(config, workdir, total_steps, run_seed)
+  budget = {**budget, 'steps': total_steps, 'batch_size': config.batch_size,
+            'epochs': config.num_epochs, 'max_seq_length': config.max_seq_length,
+            'seconds': round(time.perf_counter() - started, 1)}
+  summary = results.write_seeds(
+      workdir, config, start.description, budget, score,
+      {seed: scores for seed, (scores, _) in outcomes.items()},
+      {seed: files for seed, (_, files) in outcomes.items()}, **extra)
+  pretrain.check_compiled_once(compiled.step)
+  return summary
 
 
 # Fields that may change between a killed run and its rerun: they change no seed's training.

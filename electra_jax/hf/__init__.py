@@ -6,7 +6,7 @@ files.py         reading and writing a model directory: config.json + model.safe
 tokenizer.py     tokenizer.json / tokenizer_config.json for our sentencepiece or WordPiece vocab
 exporting.py     a run's checkpoint -> DIR/discriminator and DIR/generator
 importing.py     Hugging Face directories -> a new run workdir at step 0
-cli.py           the one-line error reporting shared by the export and import commands
+finetuned.py     a fine-tuned seed -> ElectraForQuestionAnswering or ElectraForTokenClassification
 
 Nothing here imports torch or transformers: they are only needed to test the result.
 """

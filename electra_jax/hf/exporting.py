@@ -16,9 +16,11 @@ import jax
 import ml_collections
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from electra_jax import checkpoint, config as config_lib, input_pipeline, optim
-from electra_jax import model as model_lib, storage, train
-from electra_jax.errors import UsageError
+from electra_jax.training import checkpoint, batches
+from electra_jax.core import config as config_lib, optim
+from electra_jax.core import model as model_lib, storage
+from electra_jax.training import train
+from electra_jax.core.errors import UsageError
 from electra_jax.hf import files, model_config, params as params_lib, tokenizer
 
 # The networks (params.NETWORKS) a run exports, by its objective; each gets DIR/<network>.
@@ -72,7 +74,7 @@ def load_run(workdir: str, step: int | None = None) -> Run:
                      f'{", ".join(map(str, steps))}')
   state = checkpoint.restore(manager, step, abstract_state(config))
   manager.close()
-  vocab = input_pipeline.load_run_vocab(workdir, input_pipeline.local_dir(config, workdir))
+  vocab = batches.load_run_vocab(workdir, batches.local_dir(config, workdir))
   if vocab.size != config.model.vocab_size:
     raise UsageError(f'the vocabulary {vocab.model_path} has {vocab.size} pieces but the run\'s '
                      f'model has vocab_size={config.model.vocab_size}; it is not this run\'s '

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import safetensors.numpy
 
-from electra_jax.errors import UsageError
+from electra_jax.core.errors import UsageError
 from electra_jax.hf import model_config
 
 WEIGHTS = 'model.safetensors'

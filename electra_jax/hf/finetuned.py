@@ -17,10 +17,9 @@ import os
 
 import jax
 import ml_collections
-import numpy as np
 import orbax.checkpoint as ocp
 
-from electra_jax.errors import UsageError
+from electra_jax.core.errors import UsageError
 from electra_jax.finetune import init as finetune_init, train as finetune_train
 from electra_jax.hf import files, model_config, params as params_lib, tokenizer
 

@@ -21,12 +21,13 @@ import ml_collections
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from electra_jax import checkpoint, config as config_lib, input_pipeline, optim, storage, train
+from electra_jax.training import checkpoint, batches, train
+from electra_jax.core import config as config_lib, optim, storage
 from electra_jax.data import vocab as vocab_lib
 from electra_jax.data import wordpiece
-from electra_jax.errors import UsageError
+from electra_jax.core.errors import UsageError
 from electra_jax.hf import files, model_config, params as params_lib
-from electra_jax.model import init_params
+from electra_jax.core.model import init_params
 
 VOCAB_FILES = ('vocab.model', 'vocab.txt')  # what our export writes; Google's have vocab.txt
 
@@ -177,7 +178,7 @@ def import_checkpoint(config: ml_collections.ConfigDict, workdir: str, hf_dir: s
   state = state.replace(params=params, opt_state=opt_state)
 
   storage.makedirs(workdir)
-  storage.copy_file(vocab_path, input_pipeline.run_vocab_path(workdir, vocab_path))
+  storage.copy_file(vocab_path, batches.run_vocab_path(workdir, vocab_path))
   manager = checkpoint.make_manager(workdir, config.keep_checkpoints)
   checkpoint.save(manager, 0, state, checkpoint.identity(config))
   manager.wait_until_finished()

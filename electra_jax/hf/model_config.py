@@ -13,9 +13,9 @@ from typing import Any
 
 import ml_collections
 
-from electra_jax import model as model_lib
+from electra_jax.core import model as model_lib
 from electra_jax.hf import params as params_lib
-from electra_jax.errors import UsageError
+from electra_jax.core.errors import UsageError
 
 ARCHITECTURES = {'discriminator': 'ElectraForPreTraining', 'generator': 'ElectraForMaskedLM'}
 # Fine-tuned models, written by hf/finetuned.py and never imported.

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from electra_jax.errors import UsageError
+from electra_jax.core.errors import UsageError
 
 KINDS = ('discriminator', 'generator')  # the HF layouts: ElectraForPreTraining, ElectraForMaskedLM
 

@@ -38,7 +38,7 @@ from sentencepiece import sentencepiece_model_pb2
 
 from electra_jax.data import vocab as vocab_lib
 from electra_jax.data import wordpiece
-from electra_jax.errors import UsageError
+from electra_jax.core.errors import UsageError
 
 METASPACE = '\u2581'
 _UNIGRAM = 1  # TrainerSpec.model_type

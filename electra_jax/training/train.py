@@ -22,10 +22,13 @@ import ml_collections
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from electra_jax import checkpoint, config as config_lib, input_pipeline, nonfinite, objective
-from electra_jax import optim, report, storage
+from electra_jax.training import checkpoint, batches as batches_lib, nonfinite
+from electra_jax.core import config as config_lib
+from electra_jax import objective
+from electra_jax.core import optim, storage
+from electra_jax.training import report
 from electra_jax.data import pipeline
-from electra_jax.model import count_params, init_params
+from electra_jax.core.model import count_params, init_params
 
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 
@@ -200,7 +203,7 @@ def run_eval(evaluate, params, examples, config, batch_sharding, base_rng) -> di
   batches = pipeline.eval_batches(examples, config.batch_size, config.eval_steps,
                                   jax.process_index(), jax.process_count())
   for i, batch in enumerate(batches):
-    batch = input_pipeline.to_global_array(batch, batch_sharding)
+    batch = batches_lib.to_global_array(batch, batch_sharding)
     total = add_stats(total, evaluate(params, batch, step_key(config, base_rng, i)))
   return objective.summarize(jax.device_get(total), config.eval_steps)
 
@@ -242,11 +245,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
   storage.makedirs(workdir)
   is_chief = jax.process_index() == 0
 
-  vocab = chief_first(lambda: input_pipeline.setup_vocab(config, workdir), 'vocab')
+  vocab = chief_first(lambda: batches_lib.setup_vocab(config, workdir), 'vocab')
   train_examples = chief_first(
-      lambda: input_pipeline.load_examples(config, workdir, vocab, 'train'), 'train data')
+      lambda: batches_lib.load_examples(config, workdir, vocab, 'train'), 'train data')
   eval_examples = chief_first(
-      lambda: input_pipeline.load_examples(config, workdir, vocab, 'eval'), 'eval data')
+      lambda: batches_lib.load_examples(config, workdir, vocab, 'eval'), 'eval data')
 
   mesh = make_mesh()
   model = make_model(config)
@@ -300,7 +303,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
 
     preemption_requested = preemption_check(manager)
     # Batches are gathered and put on the devices ahead, in a background thread.
-    batches = input_pipeline.train_batches(train_examples, config, first_step, batch_sharding)
+    batches = batches_lib.train_batches(train_examples, config, first_step, batch_sharding)
     total, window_steps, window_start = None, 0, time.perf_counter()
     watch = nonfinite.start()
     for step in range(first_step, config.num_train_steps):

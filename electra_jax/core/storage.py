@@ -7,7 +7,7 @@ for gs://, s3fs for s3://). Object stores have no rename and no append, but an o
 replaced whole and atomically, so a file at a URI is always written in one piece.
 
 What must stay local (prepared examples, which are memory-mapped, and the vocabulary file
-sentencepiece loads) lives in data.local_dir; see input_pipeline.local_dir.
+sentencepiece loads) lives in data.local_dir; see training/batches.py, local_dir.
 """
 
 import importlib.util
@@ -16,7 +16,7 @@ import shutil
 
 from etils import epath
 
-from electra_jax.errors import UsageError
+from electra_jax.core.errors import UsageError
 
 # URI scheme: the modules reading and writing a run there needs, and how to install them.
 # gs:// and s3:// are the object stores both epath (through fsspec) and tensorboardX write to;

@@ -12,9 +12,11 @@ import os
 
 import ml_collections
 
-from electra_jax import nonfinite, objective, storage
-from electra_jax.errors import UsageError
-from electra_jax.model import ATTENTION_IMPLEMENTATIONS, EMBEDDING_SHARING
+from electra_jax.training import nonfinite
+from electra_jax import objective
+from electra_jax.core import storage
+from electra_jax.core.errors import UsageError
+from electra_jax.core.model import ATTENTION_IMPLEMENTATIONS, EMBEDDING_SHARING
 
 RNG_IMPLEMENTATIONS = ('threefry2x32', 'rbg', 'unsafe_rbg')
 
@@ -93,7 +95,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.checkpoint_fallback = False
 
   # A step whose loss, gradients or updated parameters hold a NaN or Inf is never applied
-  # (electra_jax/nonfinite.py). Then 'stop': at the next log or save the run ends with one error
+  # (electra_jax/training/nonfinite.py). Then 'stop': at the next log or save the run ends with one error
   # naming that step and the last good checkpoint, and saves nothing after it (hours of
   # training on garbage cost more than a look at the cause). 'skip': training goes on with the
   # next batch, `skipped_steps` is logged, and the run stops once max_consecutive_skips steps

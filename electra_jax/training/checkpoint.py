@@ -19,9 +19,9 @@ from etils import epath
 import jax
 import orbax.checkpoint as ocp
 
-from electra_jax import abandoned_reads
-from electra_jax import storage
-from electra_jax.errors import UsageError
+from electra_jax.training import abandoned_reads
+from electra_jax.core import storage
+from electra_jax.core.errors import UsageError
 
 DAMAGED = 'damaged_checkpoints'  # beside checkpoints/: where config.checkpoint_fallback moves them
 

@@ -19,8 +19,9 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from electra_jax import flops, optim, train
-from electra_jax.errors import UsageError
+from electra_jax.core import flops, optim
+from electra_jax.training import train
+from electra_jax.core.errors import UsageError
 
 GIB = 1 << 30
 
@@ -100,7 +101,7 @@ def lower_pretrain_step(config: ml_collections.ConfigDict, devices):
   state = train.abstract_train_state(config, model, optimizer, replicated)
   tokens = jax.ShapeDtypeStruct((config.batch_size, config.max_seq_length), jnp.int32,
                                 sharding=batch_sharding)
-  batch = {'input_ids': tokens, 'segment_ids': tokens}  # what input_pipeline delivers
+  batch = {'input_ids': tokens, 'segment_ids': tokens}  # what training/batches.py delivers
   # The loop passes fold_in(state.rng, step): the state's key's shape, dtype and sharding.
   return step.lower(state, batch, state.rng), state, batch
 

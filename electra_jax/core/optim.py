@@ -64,7 +64,7 @@ def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransform
 def applied_updates(opt_state) -> int:
   """The updates the optimizer has applied: the step its learning-rate schedule is at.
 
-  It falls behind the step number by the steps skipped as not finite (nonfinite.py), which
+  It falls behind the step number by the steps skipped as not finite (training/nonfinite.py), which
   leave the optimizer state, its schedule's count included, as it was.
   """
   is_schedule = lambda x: isinstance(x, optax.ScaleByScheduleState)

@@ -23,10 +23,10 @@ import jax
 import ml_collections
 import numpy as np
 
-from electra_jax import storage
+from electra_jax.core import storage
 from electra_jax.data import pipeline, preparation, sources as sources_lib, store
 from electra_jax.data import vocab as vocab_lib
-from electra_jax.errors import UsageError
+from electra_jax.core.errors import UsageError
 
 
 def _prepared_vocab(prepared_dir: str) -> str:
