@@ -1,7 +1,10 @@
-"""config.embedding_sharing='gdes': DeBERTa-v3's gradient-disentangled embedding sharing.
+"""config.embedding_sharing: what the generator shares with the discriminator.
 
-The discriminator reads stop_gradient(word table) + its own zero-initialised residual, so the
-RTD loss sends the generator's word table exactly nothing; 'shared' (the default) is untouched.
+'gdes' (DeBERTa-v3's gradient-disentangled sharing): the discriminator reads
+stop_gradient(word table) + its own zero-initialised residual, so the RTD loss sends the
+generator's word table exactly nothing; 'shared' (the default) is untouched. 'none': an embedding
+block each, so each loss trains only its own. 'all': the generator runs the discriminator's
+encoder. Export writes each network's own weights.
 """
 
 import jax
@@ -97,7 +100,7 @@ def test_embedding_sharing_is_checked(tmp_path):
   config = config_lib.default_config()
   config.data.train_files = 'x.txt'
   config.embedding_sharing = 'tied'
-  with pytest.raises(UsageError, match="embedding_sharing='tied': use one of shared, gdes"):
+  with pytest.raises(UsageError, match="embedding_sharing='tied': use one of shared, gdes, none, all"):
     config_lib.validate(config, 1)
   config.update(embedding_sharing='gdes', objective='mlm')
   with pytest.raises(UsageError, match="applies to objectives electra and electra_15, not 'mlm'"):
@@ -110,3 +113,110 @@ def test_embedding_sharing_is_checked(tmp_path):
   config.embedding_sharing = 'shared'
   with pytest.raises(UsageError, match="embedding_sharing 'gdes'.*--config.embedding_sharing=gdes"):
     config_lib.check_workdir_config(config, str(tmp_path))
+
+
+# ---- 'none' and 'all' (the paper's section 3.2) ----------------------------------------------
+
+# 'all' needs the generator's shape to be the discriminator's: 64-wide heads, a 4x FFN.
+SAME_SIZE = ml_collections.ConfigDict({**MODEL.to_dict(), 'hidden_size': 64, 'num_heads': 1,
+                                       'intermediate_size': 256, 'generator_hidden_size': 1.0})
+
+
+def test_none_gives_each_network_its_own_embeddings_and_each_loss_trains_only_its_own():
+  none = model_lib.Electra(MODEL, embedding_sharing='none')
+  params = model_lib.init_params(none, jax.random.PRNGKey(0), IDS.shape[1])
+  assert set(params['generator_embeddings']) == set(params['embeddings'])
+  assert not np.array_equal(get(params, WORDS), params['generator_embeddings']['word_embeddings']['embedding'])
+  rtd = jax.jit(jax.grad(lambda p: rtd_loss(none, p)))(params)
+  mlm = jax.jit(jax.grad(lambda p: mlm_loss(none, p)))(params)
+  for block in ('word_embeddings', 'position_embeddings', 'token_type_embeddings', 'layer_norm'):
+    for leaf in jax.tree.leaves(rtd['generator_embeddings'][block]):
+      np.testing.assert_array_equal(leaf, 0.0)
+    for leaf in jax.tree.leaves(mlm['embeddings'][block]):
+      np.testing.assert_array_equal(leaf, 0.0)
+  assert np.abs(get(rtd, WORDS)).sum() > 0
+  assert np.abs(mlm['generator_embeddings']['word_embeddings']['embedding']).sum() > 0
+  # The generator's tied output matrix is its own table too: its logits move with it alone.
+  bumped = jax.tree.map(lambda x: x, params)
+  bumped['embeddings'] = jax.tree.map(lambda x: x + 1.0, params['embeddings'])
+  positions = jnp.array([[1, 2], [3, 4]])
+  generate = lambda p: none.apply({'params': p}, IDS, jnp.zeros_like(IDS), positions,
+                                  method='generate')
+  np.testing.assert_array_equal(generate(bumped), generate(params))
+
+  exported = {n: exporting.network_tensors(jax.tree.map(np.asarray, params), n)
+              for n in ('discriminator', 'generator')}
+  name = 'electra.embeddings.word_embeddings.weight'
+  np.testing.assert_array_equal(exported['discriminator'][name], get(params, WORDS))
+  np.testing.assert_array_equal(exported['generator'][name],
+                                params['generator_embeddings']['word_embeddings']['embedding'])
+
+
+def test_all_runs_the_generator_on_the_discriminators_encoder():
+  tied = model_lib.Electra(SAME_SIZE, embedding_sharing='all')
+  params = model_lib.init_params(tied, jax.random.PRNGKey(1), IDS.shape[1])
+  assert 'generator' not in params and {'discriminator', 'generator_head'} <= set(params)
+  # The same logits as an untied model whose generator holds a copy of the discriminator.
+  untied = model_lib.Electra(SAME_SIZE)
+  copied = {**params, 'generator': params['discriminator']}
+  positions = jnp.array([[1, 2], [3, 4]])
+  logits = lambda model, p: model.apply({'params': p}, IDS, jnp.zeros_like(IDS), positions,
+                                        method='generate')
+  np.testing.assert_array_equal(logits(tied, params), logits(untied, copied))
+  # Both losses train the one encoder.
+  for loss in (mlm_loss, rtd_loss):
+    grads = jax.jit(jax.grad(lambda p, loss=loss: loss(tied, p)))(params)
+    assert np.abs(grads['discriminator']['layer_0']['attention']['query']['kernel']).sum() > 0
+  exported = exporting.network_tensors(jax.tree.map(np.asarray, params), 'generator')
+  key = 'electra.encoder.layer.0.attention.self.query.weight'
+  np.testing.assert_array_equal(exported[key],
+                                np.asarray(params['discriminator']['layer_0']['attention']['query']['kernel']).T)
+
+
+def test_all_refuses_a_generator_of_another_size():
+  from electra_jax.core import config as config_lib  # pylint: disable=g-import-not-at-top
+  from electra_jax.core.errors import UsageError  # pylint: disable=g-import-not-at-top
+  config = config_lib.default_config()
+  config.data.train_files = 'x.txt'
+  config.embedding_sharing = 'all'
+  config.model.update(MODEL.to_dict())
+  config.max_seq_length = IDS.shape[1]
+  with pytest.raises(UsageError, match=r"ties every generator weight.*\(8, 1, 32\), the "
+                                       r"discriminator \(16, 2, 32\).*generator_hidden_size=1.0"):
+    config_lib.validate(config, 1)
+  config.model.update(SAME_SIZE.to_dict())
+  config_lib.validate(config, 1)
+
+
+@pytest.mark.parametrize('sharing', ['none', 'all'])
+def test_main_trains_resumes_and_exports_each_sharing(sharing, tmp_path, wikitext):
+  """4 steps through `main` (which checks at each log that the step compiled once), 2 more
+  resumed from the checkpoint, then export: transformers loads both networks, and each holds
+  its own weights from the checkpoint."""
+  # pylint: disable=g-import-not-at-top  (torch in this process only for this check)
+  import transformers
+  from test_main import metrics, run
+  del wikitext  # (skips where the real data is absent)
+  flags = [f'--config.embedding_sharing={sharing}', '--config.log_every=2', '--config.save_every=2',
+           '--config.model.num_layers=1', '--config.max_seq_length=32', '--config.batch_size=8',
+           '--config.model.generator_hidden_size=1.0' if sharing == 'all' else
+           '--config.model.generator_hidden_size=0.25']
+  run(tmp_path, '--config.num_train_steps=4', *flags)
+  run(tmp_path, '--config.num_train_steps=6', *flags)
+  logged = metrics(tmp_path)
+  assert sorted(logged) == [2, 4, 6]
+  assert all(np.isfinite(m['disc_loss']) and np.isfinite(m['mlm_loss']) for m in logged.values())
+  out = tmp_path / 'hf'
+  exported = exporting.export_run(str(tmp_path), str(out))
+  params = exported.params
+  assert ('generator' in params) == (sharing == 'none')
+  assert ('generator_embeddings' in params) == (sharing == 'none')
+  discriminator = transformers.ElectraForPreTraining.from_pretrained(out / 'discriminator')
+  generator = transformers.ElectraForMaskedLM.from_pretrained(out / 'generator')
+  words = lambda m: m.electra.embeddings.word_embeddings.weight.detach().numpy()
+  np.testing.assert_array_equal(words(discriminator), get(params, WORDS))
+  own = params['generator_embeddings'] if sharing == 'none' else params['embeddings']
+  np.testing.assert_array_equal(words(generator), own['word_embeddings']['embedding'])
+  query = lambda m: m.electra.encoder.layer[0].attention.self.query.weight.detach().numpy().T
+  encoder = params['generator'] if sharing == 'none' else params['discriminator']
+  np.testing.assert_array_equal(query(generator), encoder['layer_0']['attention']['query']['kernel'])

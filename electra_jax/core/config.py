@@ -16,6 +16,7 @@ from electra_jax.training import nonfinite
 from electra_jax import objective
 from electra_jax.core import storage
 from electra_jax.core.errors import UsageError
+from electra_jax.core import model as model_lib
 from electra_jax.core.model import ATTENTION_IMPLEMENTATIONS, EMBEDDING_SHARING
 
 RNG_IMPLEMENTATIONS = ('threefry2x32', 'rbg', 'unsafe_rbg')
@@ -65,10 +66,11 @@ def default_config() -> ml_collections.ConfigDict:
   c.gen_weight = 1.0           # loss = gen_weight * MLM + disc_weight * RTD
   c.disc_weight = 50.0         # ELECTRA and electra_15 (the MLM ablations weigh their MLM 1.0)
   c.copy_weight = 1.0          # all_tokens_mlm: weight of the copy probability's own loss
-  # How the generator and discriminator share the word embeddings (ELECTRA, ELECTRA 15%):
-  # 'shared' (one table, trained by both losses: the paper's), or 'gdes' (DeBERTa-v3's
-  # gradient-disentangled sharing: the discriminator reads stop_gradient(table) + its own
-  # residual table, zero at init; see model.Electra).
+  # What the generator shares with the discriminator (ELECTRA, ELECTRA 15%): 'shared' (one
+  # embedding block, trained by both losses: the paper's), 'none' (an embedding block each),
+  # 'all' (every encoder weight too; a generator of the discriminator's size), or 'gdes'
+  # (DeBERTa-v3's gradient-disentangled sharing: the discriminator reads stop_gradient(table) +
+  # its own residual table, zero at init). See model.Electra.
   c.embedding_sharing = 'shared'
 
   # Optimizer (AdamW as the original ran it).
@@ -190,6 +192,22 @@ def check_overrides(argv, config_path: str):
       node = node[key]
 
 
+def check_generator_is_discriminator_sized(m: ml_collections.ConfigDict):
+  """embedding_sharing='all' ties every generator weight to the discriminator's: their encoders
+  must have one shape. The generator's is generator_width wide with 64-wide heads and a 4x FFN
+  (model.generator_encoder), so the discriminator must be shaped that way too."""
+  width = model_lib.generator_width(m)
+  generator = (width, max(1, width // 64), 4 * width)
+  discriminator = (m.hidden_size, m.num_heads, m.intermediate_size)
+  if generator != discriminator:
+    raise UsageError(
+        "config.embedding_sharing='all' ties every generator weight to the discriminator's, so "
+        'the two must have one shape; the generator would have (width, heads, FFN) '
+        f'{generator}, the discriminator {discriminator}. Set '
+        '--config.model.generator_hidden_size=1.0, on a discriminator with 64-wide heads and an '
+        'FFN 4x its width (hidden_size = 64 * num_heads = intermediate_size / 4)')
+
+
 def validate(config: ml_collections.ConfigDict, num_devices: int):
   m = config.model
   if config.objective not in objective.OBJECTIVES:
@@ -202,6 +220,8 @@ def validate(config: ml_collections.ConfigDict, num_devices: int):
   if sharing != 'shared' and config.objective not in ('electra', 'electra_15'):
     raise UsageError(f'config.embedding_sharing={sharing!r} applies to objectives electra and '
                      f"electra_15, not {config.objective!r}; leave it 'shared'")
+  if sharing == 'all':
+    check_generator_is_discriminator_sized(m)
   if config.dtype not in ('float32', 'bfloat16'):
     raise UsageError(f"config.dtype={config.dtype!r}: use 'float32' or 'bfloat16'")
   if config.get('rng_impl', 'threefry2x32') not in RNG_IMPLEMENTATIONS:

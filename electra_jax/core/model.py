@@ -281,7 +281,7 @@ def masked_lm_logits(embeddings: Embeddings, encoder: Encoder, head: MLMHead, in
   return embeddings.attend(hidden) + output_bias
 
 
-EMBEDDING_SHARING = ('shared', 'gdes')
+EMBEDDING_SHARING = ('shared', 'gdes', 'none', 'all')
 
 
 class Electra(nn.Module):
@@ -292,17 +292,26 @@ class Electra(nn.Module):
   residual, zero at init), so the RTD loss never moves the generator's word embeddings (their
   tug-of-war, DeBERTa-v3 section 3) and the MLM loss never moves the delta. The position and
   token-type tables and the embedding LayerNorm stay shared as under 'shared'.
+
+  The paper's other two settings (section 3.2, "Weight sharing"): 'none' gives the generator an
+  embedding block of its own (`generator_embeddings`, its tied output matrix too), and 'all'
+  ties every weight of the generator's encoder to the discriminator's (so there is no
+  `generator` entry: `generate` runs `discriminator`), which needs a generator of the
+  discriminator's size (config.validate checks it). The heads stay separate in every setting.
   """
   config: ml_collections.ConfigDict  # the `model` section of the run config
   dtype: Any = jnp.float32
   remat: bool = False
   attention: str = 'auto'  # SelfAttention.implementation; every choice computes the same
-  embedding_sharing: str = 'shared'  # or 'gdes'
+  embedding_sharing: str = 'shared'  # one of EMBEDDING_SHARING
 
   def setup(self):
     c = self.config
     self.embeddings = embeddings_block(c, self.dtype)
-    self.generator = generator_encoder(c, self.dtype, self.remat, self.attention)
+    if self.embedding_sharing == 'none':
+      self.generator_embeddings = embeddings_block(c, self.dtype)
+    if self.embedding_sharing != 'all':
+      self.generator = generator_encoder(c, self.dtype, self.remat, self.attention)
     self.generator_head = MLMHead(c.embedding_size, c.vocab_size, self.dtype)
     self.discriminator = discriminator_encoder(c, self.dtype, self.remat, self.attention)
     self.discriminator_head = DiscriminatorHead(self.dtype)
@@ -317,8 +326,11 @@ class Electra(nn.Module):
 
   def generate(self, input_ids, segment_ids, positions, deterministic: bool = True):
     """The generator's MLM logits [B, P, V] (float32) at the given positions [B, P] only."""
-    return masked_lm_logits(self.embeddings, self.generator, self.generator_head, input_ids,
-                            segment_ids, positions, deterministic)
+    embeddings = (self.generator_embeddings if self.embedding_sharing == 'none'
+                  else self.embeddings)
+    encoder = self.discriminator if self.embedding_sharing == 'all' else self.generator
+    return masked_lm_logits(embeddings, encoder, self.generator_head, input_ids, segment_ids,
+                            positions, deterministic)
 
   def discriminate(self, input_ids, segment_ids, deterministic: bool = True):
     """Replaced-token logits [B, L] (float32), one per position."""
@@ -413,6 +425,21 @@ def discriminator_view(params):
   words['embedding'] = words['embedding'] + delta
   embeddings['word_embeddings'] = words
   params['embeddings'] = embeddings
+  return params
+
+
+def generator_view(params):
+  """`params` with the generator's weights where the 'shared' layout has them: under
+  embedding_sharing 'none' its own embedding block as `embeddings`, under 'all' the
+  discriminator's encoder as `generator`; otherwise `params` itself. What export takes."""
+  tied_encoder = 'generator_head' in params and 'generator' not in params
+  if 'generator_embeddings' not in params and not tied_encoder:
+    return params
+  params = dict(params)
+  if 'generator_embeddings' in params:
+    params['embeddings'] = params.pop('generator_embeddings')
+  if tied_encoder:
+    params['generator'] = params['discriminator']
   return params
 
 

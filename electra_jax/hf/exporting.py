@@ -96,10 +96,14 @@ def export_params(params: dict[str, Any], model: ml_collections.ConfigDict, voca
 
 
 def network_tensors(params: dict[str, Any], network: str) -> dict[str, Any]:
-  """The HF tensors of `network`; the discriminator's word table is the one it reads (under
-  GDES the generator's table plus the discriminator's delta)."""
+  """The HF tensors of `network`; each network's weights are the ones it reads: the
+  discriminator's word table under GDES is the generator's table plus its delta, and the
+  generator's embedding block and encoder are its own (embedding_sharing 'none') or the
+  discriminator's ('all')."""
   if network == 'discriminator':
     params = model_lib.discriminator_view(params)
+  elif network == 'generator':
+    params = model_lib.generator_view(params)
   return params_lib.to_hf(params, network)
 
 
