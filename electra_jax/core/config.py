@@ -72,6 +72,11 @@ def default_config() -> ml_collections.ConfigDict:
   # (DeBERTa-v3's gradient-disentangled sharing: the discriminator reads stop_gradient(table) +
   # its own residual table, zero at init). See model.Electra.
   c.embedding_sharing = 'shared'
+  # > 0: the paper's two-stage training (section 3.2): the generator alone for this many steps,
+  # then the discriminator, initialised from the generator's weights, alone with the generator
+  # frozen. Needs embedding_sharing='none' and a generator of the discriminator's size
+  # (training/two_stage.py).
+  c.two_stage_steps = 0
 
   # Optimizer (AdamW as the original ran it).
   c.learning_rate = 5e-4       # peak of warmup x linear decay (decay starts at step 0)
@@ -192,17 +197,16 @@ def check_overrides(argv, config_path: str):
       node = node[key]
 
 
-def check_generator_is_discriminator_sized(m: ml_collections.ConfigDict):
-  """embedding_sharing='all' ties every generator weight to the discriminator's: their encoders
-  must have one shape. The generator's is generator_width wide with 64-wide heads and a 4x FFN
-  (model.generator_encoder), so the discriminator must be shaped that way too."""
+def check_generator_is_discriminator_sized(m: ml_collections.ConfigDict, why: str):
+  """For settings where the generator's weights are the discriminator's (`why` says which):
+  their encoders must have one shape. The generator's is generator_width wide with 64-wide heads
+  and a 4x FFN (model.generator_encoder), so the discriminator must be shaped that way too."""
   width = model_lib.generator_width(m)
   generator = (width, max(1, width // 64), 4 * width)
   discriminator = (m.hidden_size, m.num_heads, m.intermediate_size)
   if generator != discriminator:
     raise UsageError(
-        "config.embedding_sharing='all' ties every generator weight to the discriminator's, so "
-        'the two must have one shape; the generator would have (width, heads, FFN) '
+        f'{why}, so the two must have one shape; the generator would have (width, heads, FFN) '
         f'{generator}, the discriminator {discriminator}. Set '
         '--config.model.generator_hidden_size=1.0, on a discriminator with 64-wide heads and an '
         'FFN 4x its width (hidden_size = 64 * num_heads = intermediate_size / 4)')
@@ -221,7 +225,21 @@ def validate(config: ml_collections.ConfigDict, num_devices: int):
     raise UsageError(f'config.embedding_sharing={sharing!r} applies to objectives electra and '
                      f"electra_15, not {config.objective!r}; leave it 'shared'")
   if sharing == 'all':
-    check_generator_is_discriminator_sized(m)
+    check_generator_is_discriminator_sized(
+        m, "config.embedding_sharing='all' ties every generator weight to the discriminator's")
+  two_stage_steps = config.get('two_stage_steps', 0)
+  if two_stage_steps:
+    if config.objective != 'electra' or sharing != 'none':
+      raise UsageError(
+          f'config.two_stage_steps={two_stage_steps} trains the generator, then a discriminator '
+          'initialised from it, each with weights of its own: it needs --config.objective=electra '
+          f'(not {config.objective!r}) and --config.embedding_sharing=none (not {sharing!r})')
+    check_generator_is_discriminator_sized(
+        m, f'config.two_stage_steps={two_stage_steps} initialises the discriminator with the '
+        "generator's weights")
+    if not 0 < two_stage_steps < config.num_train_steps:
+      raise UsageError(f'config.two_stage_steps={two_stage_steps} must be between 0 and '
+                       f'num_train_steps={config.num_train_steps}, so that both stages run')
   if config.dtype not in ('float32', 'bfloat16'):
     raise UsageError(f"config.dtype={config.dtype!r}: use 'float32' or 'bfloat16'")
   if config.get('rng_impl', 'threefry2x32') not in RNG_IMPLEMENTATIONS:
@@ -272,7 +290,8 @@ def check_workdir_config(config: ml_collections.ConfigDict, workdir: str):
                      f'--config.objective={saved_objective(saved)}')
   # Switches that change what a checkpoint's numbers mean, with the value of runs that predate
   # them.
-  for field, default in (('rng_impl', 'threefry2x32'), ('embedding_sharing', 'shared')):
+  for field, default in (('rng_impl', 'threefry2x32'), ('embedding_sharing', 'shared'),
+                         ('two_stage_steps', 0)):
     was, now = saved.get(field, default), config.get(field, default)
     if was != now:
       raise UsageError(f'{workdir} holds a run with {field} {was!r}, not {now!r}; use a new '

@@ -26,7 +26,7 @@ from electra_jax.training import checkpoint, batches as batches_lib, nonfinite
 from electra_jax.core import config as config_lib
 from electra_jax import objective
 from electra_jax.core import optim, storage
-from electra_jax.training import report
+from electra_jax.training import report, two_stage
 from electra_jax.data import pipeline
 from electra_jax.core.model import count_params, init_params
 
@@ -122,12 +122,15 @@ def train_step(state: TrainState, batch, rng, *, model, optimizer, config, speci
   """
   prepared, dropout_rng = objective.draw(as_key(config, rng), batch['input_ids'], config,
                                          special)
+  params = state.params
+  if two_stage.enabled(config):
+    params = two_stage.start_discriminator(params, config, state.step)
   loss_and_grads = jax.value_and_grad(
       functools.partial(objective.partial_loss, model.apply, config=config, special=special),
       has_aux=True)
   steps = config.grad_accum_steps
   if steps == 1:
-    (_, stats), grads = loss_and_grads(state.params, batch, prepared, dropout_rng)
+    (_, stats), grads = loss_and_grads(params, batch, prepared, dropout_rng)
   else:
     # Micro-batch i holds rows i, i + k, i + 2k, ...: a strided split keeps every micro-batch
     # spread over all devices (a contiguous one would live on a fraction of them). The counts
@@ -140,7 +143,7 @@ def train_step(state: TrainState, batch, rng, *, model, optimizer, config, speci
       micro_prepared = micro_prepared._replace(mlm_count=prepared.mlm_count,
                                                token_count=prepared.token_count)
       (_, micro_stats), micro_grads = loss_and_grads(
-          state.params, micro_batch, micro_prepared, jax.random.fold_in(dropout_rng, index))
+          params, micro_batch, micro_prepared, jax.random.fold_in(dropout_rng, index))
       return micro_grads, micro_stats
 
     def accumulate(total, inputs):
@@ -149,9 +152,13 @@ def train_step(state: TrainState, batch, rng, *, model, optimizer, config, speci
     shapes = jax.eval_shape(micro_step, 0, *jax.tree.map(lambda x: x[0], micro_batches))
     zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
     (grads, stats), _ = jax.lax.scan(accumulate, zeros, (jnp.arange(steps), *micro_batches))
-  params, opt_state, finite = nonfinite.guarded_update(optimizer, grads, stats['loss'],
-                                                       state.params, state.opt_state)
-  return (state.replace(step=state.step + 1, params=params, opt_state=opt_state),
+  if two_stage.enabled(config):
+    grads = two_stage.stage_gradients(grads, config, state.step)
+  new_params, opt_state, finite = nonfinite.guarded_update(optimizer, grads, stats['loss'],
+                                                           params, state.opt_state)
+  if two_stage.enabled(config):
+    new_params = two_stage.hold_frozen(new_params, params, config, state.step)
+  return (state.replace(step=state.step + 1, params=new_params, opt_state=opt_state),
           nonfinite.without_stats_of_skipped(stats, finite))
 
 

@@ -1,0 +1,84 @@
+"""config.two_stage_steps: the paper's two-stage training (section 3.2), through `main`.
+
+Steps 0-2 train the generator alone; step 3 initialises the discriminator from the generator's
+weights and from then on trains it alone, the generator frozen bitwise. Checked on the
+checkpoints of every step of a real 6-step run.
+"""
+
+import jax
+import numpy as np
+import pytest
+
+from electra_jax.core import config as config_lib
+from electra_jax.core.errors import UsageError
+from electra_jax.hf import exporting
+from electra_jax.training import two_stage
+
+N = 3  # generator steps
+
+
+@pytest.fixture(scope='module')
+def checkpoints(tmp_path_factory, wikitext):
+  from test_main import run  # pylint: disable=g-import-not-at-top
+  del wikitext  # (skips where the real data is absent)
+  workdir = tmp_path_factory.mktemp('two_stage')
+  run(workdir, f'--config.two_stage_steps={N}', '--config.embedding_sharing=none',
+      '--config.model.generator_hidden_size=1.0', '--config.num_train_steps=6',
+      '--config.save_every=1', '--config.keep_checkpoints=6', '--config.log_every=1',
+      '--config.model.num_layers=1', '--config.max_seq_length=32', '--config.batch_size=8')
+  return {step: exporting.load_run(str(workdir), step).params for step in range(1, 7)}
+
+
+def network(params, names):
+  return {name: params[name] for name in names}
+
+
+def equal(a, b) -> bool:
+  return all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+def test_stage_one_trains_the_generator_alone(checkpoints):
+  for step in (1, 2):
+    before, after = checkpoints[step], checkpoints[step + 1]
+    assert not equal(network(before, two_stage.GENERATOR), network(after, two_stage.GENERATOR))
+    assert equal(network(before, two_stage.DISCRIMINATOR), network(after, two_stage.DISCRIMINATOR))
+
+
+def test_stage_two_starts_the_discriminator_from_the_generator_and_freezes_the_generator(
+    checkpoints):
+  at_switch = checkpoints[N]
+  # The generator never changes again, bitwise.
+  for step in range(N + 1, 7):
+    assert equal(network(checkpoints[step], two_stage.GENERATOR),
+                 network(at_switch, two_stage.GENERATOR)), step
+  # One update after the copy, the discriminator sits one small step from the generator's
+  # weights, far from its own before.
+  for target, source in two_stage.INITIALISED_FROM.items():
+    moved = jax.tree.leaves(checkpoints[N + 1][target])
+    copied = jax.tree.leaves(at_switch[source])
+    own = jax.tree.leaves(at_switch[target])
+    from_copy = max(float(np.max(np.abs(m - c))) for m, c in zip(moved, copied))
+    from_own = max(float(np.max(np.abs(m - o))) for m, o in zip(moved, own))
+    assert 0 < from_copy < 0.02 * from_own, (target, from_copy, from_own)
+  # And keeps training.
+  for step in range(N + 1, 6):
+    assert not equal(network(checkpoints[step], two_stage.DISCRIMINATOR),
+                     network(checkpoints[step + 1], two_stage.DISCRIMINATOR))
+
+
+def test_two_stage_needs_its_own_weights_per_network_and_both_stages():
+  config = config_lib.default_config()
+  config.data.train_files = 'x.txt'
+  config.update(two_stage_steps=5, num_train_steps=10)
+  with pytest.raises(UsageError, match="two_stage_steps=5.*--config.objective=electra.*"
+                                       "--config.embedding_sharing=none \\(not 'shared'\\)"):
+    config_lib.validate(config, 1)
+  config.embedding_sharing = 'none'
+  with pytest.raises(UsageError, match="two_stage_steps=5 initialises the discriminator with the "
+                                       "generator's weights.*generator_hidden_size=1.0"):
+    config_lib.validate(config, 1)
+  config.model.generator_hidden_size = 1.0
+  config_lib.validate(config, 1)
+  config.two_stage_steps = 10
+  with pytest.raises(UsageError, match='must be between 0 and num_train_steps=10'):
+    config_lib.validate(config, 1)
