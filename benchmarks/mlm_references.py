@@ -179,7 +179,8 @@ def torch_mlm(args):
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('reference', choices=('counts', 'torch'))
-  parser.add_argument('--data', required=True, help='a prepared corpus (train/, eval/, vocab.model)')
+  parser.add_argument('--data', required=True,
+                      help='a prepared corpus (train/, eval/, vocab.model)')
   parser.add_argument('--train_batches', type=int, default=3000, help='counts: batches counted')
   parser.add_argument('--eval_batches', type=int, default=20, help='held-out batches scored')
   parser.add_argument('--steps', type=int, default=2000, help='torch: steps to train')

@@ -100,7 +100,8 @@ def test_embedding_sharing_is_checked(tmp_path):
   config = config_lib.default_config()
   config.data.train_files = 'x.txt'
   config.embedding_sharing = 'tied'
-  with pytest.raises(UsageError, match="embedding_sharing='tied': use one of shared, gdes, none, all"):
+  with pytest.raises(UsageError,
+                     match="embedding_sharing='tied': use one of shared, gdes, none, all"):
     config_lib.validate(config, 1)
   config.update(embedding_sharing='gdes', objective='mlm')
   with pytest.raises(UsageError, match="applies to objectives electra and electra_15, not 'mlm'"):
@@ -126,7 +127,8 @@ def test_none_gives_each_network_its_own_embeddings_and_each_loss_trains_only_it
   none = model_lib.Electra(MODEL, embedding_sharing='none')
   params = model_lib.init_params(none, jax.random.PRNGKey(0), IDS.shape[1])
   assert set(params['generator_embeddings']) == set(params['embeddings'])
-  assert not np.array_equal(get(params, WORDS), params['generator_embeddings']['word_embeddings']['embedding'])
+  generator_words = params['generator_embeddings']['word_embeddings']['embedding']
+  assert not np.array_equal(get(params, WORDS), generator_words)
   rtd = jax.jit(jax.grad(lambda p: rtd_loss(none, p)))(params)
   mlm = jax.jit(jax.grad(lambda p: mlm_loss(none, p)))(params)
   for block in ('word_embeddings', 'position_embeddings', 'token_type_embeddings', 'layer_norm'):
@@ -169,8 +171,8 @@ def test_all_runs_the_generator_on_the_discriminators_encoder():
     assert np.abs(grads['discriminator']['layer_0']['attention']['query']['kernel']).sum() > 0
   exported = exporting.network_tensors(jax.tree.map(np.asarray, params), 'generator')
   key = 'electra.encoder.layer.0.attention.self.query.weight'
-  np.testing.assert_array_equal(exported[key],
-                                np.asarray(params['discriminator']['layer_0']['attention']['query']['kernel']).T)
+  query = params['discriminator']['layer_0']['attention']['query']['kernel']
+  np.testing.assert_array_equal(exported[key], np.asarray(query).T)
 
 
 def test_all_refuses_a_generator_of_another_size():
@@ -219,4 +221,5 @@ def test_main_trains_resumes_and_exports_each_sharing(sharing, tmp_path, wikitex
   np.testing.assert_array_equal(words(generator), own['word_embeddings']['embedding'])
   query = lambda m: m.electra.encoder.layer[0].attention.self.query.weight.detach().numpy().T
   encoder = params['generator'] if sharing == 'none' else params['discriminator']
-  np.testing.assert_array_equal(query(generator), encoder['layer_0']['attention']['query']['kernel'])
+  np.testing.assert_array_equal(query(generator),
+                                encoder['layer_0']['attention']['query']['kernel'])
