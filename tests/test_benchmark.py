@@ -52,6 +52,11 @@ def test_flops_match_a_hand_count():
   }
   assert flops.forward_flops(hand_sized_config()) == expected
   assert flops.train_step_flops(hand_sized_config()) == 3 * 239_452_160
+  # A generator of one layer (generator_layers=0.5): one layer's projections and attention.
+  shallow = hand_sized_config()
+  shallow.model.generator_layers = 0.5
+  expected.update(generator=1_048_576 + 6_291_456, generator_attention=2 * 2 * 256 * 32 * 32)
+  assert flops.forward_flops(shallow) == expected
 
 
 def test_mlm_flops_match_a_hand_count():

@@ -183,8 +183,8 @@ def test_all_refuses_a_generator_of_another_size():
   config.embedding_sharing = 'all'
   config.model.update(MODEL.to_dict())
   config.max_seq_length = IDS.shape[1]
-  with pytest.raises(UsageError, match=r"ties every generator weight.*\(8, 1, 32\), the "
-                                       r"discriminator \(16, 2, 32\).*generator_hidden_size=1.0"):
+  with pytest.raises(UsageError, match=r"ties every generator weight.*\(8, 1, 32, 1\), the "
+                                       r"discriminator \(16, 2, 32, 1\).*generator_hidden_size=1.0"):
     config_lib.validate(config, 1)
   config.model.update(SAME_SIZE.to_dict())
   config_lib.validate(config, 1)

@@ -146,6 +146,8 @@ def trained(tmp_path_factory, wikitext):
 @pytest.mark.parametrize('label, model_changes, projected', [
     ('E=32 H=64 G=32', {}, {'discriminator': True, 'generator': False}),
     ('E=64 H=64 G=32', {'embedding_size': 64}, {'discriminator': False, 'generator': True}),
+    ('E=32 H=64 G=32, generator 1 of 2 layers', {'generator_layers': 0.5},
+     {'discriminator': True, 'generator': False}),
 ])
 def test_random_export_matches_transformers(tmp_path, vocab, label, model_changes, projected):
   model = tiny_model(**model_changes)
@@ -154,6 +156,10 @@ def test_random_export_matches_transformers(tmp_path, vocab, label, model_change
   for kind, has_projection in projected.items():
     names = safetensors.numpy.load_file(str(tmp_path / kind / 'model.safetensors'))
     assert ('electra.embeddings_project.weight' in names) == has_projection, kind
+  generator_layers = sum(1 for name in params['generator'] if name.startswith('layer_'))
+  assert generator_layers == (1 if 'generator_layers' in model_changes else model.num_layers)
+  hf_config = json.loads((tmp_path / 'generator' / 'config.json').read_text())
+  assert hf_config['num_hidden_layers'] == generator_layers
   compare_with_transformers(params, model, tmp_path, *pair_batch(model.vocab_size),
                             f'random init, {label}')
 
@@ -301,15 +307,16 @@ def test_export_import_export_is_identical(trained, tmp_path):
       assert (out / kind / name).read_bytes() == (again / kind / name).read_bytes(), name
 
 
-def transformers_pair(seed=0, num_layers=2):
+def transformers_pair(seed=0, num_layers=2, generator_layers=None):
   """A randomly initialised transformers discriminator and generator sharing embeddings."""
   torch.manual_seed(seed)
-  shared = dict(vocab_size=1000, embedding_size=32, num_hidden_layers=num_layers,
-                max_position_embeddings=128)
+  shared = dict(vocab_size=1000, embedding_size=32, max_position_embeddings=128)
   disc = transformers.ElectraForPreTraining(transformers.ElectraConfig(
-      hidden_size=64, num_attention_heads=2, intermediate_size=128, **shared))
+      hidden_size=64, num_attention_heads=2, intermediate_size=128, num_hidden_layers=num_layers,
+      **shared))
   gen = transformers.ElectraForMaskedLM(transformers.ElectraConfig(
-      hidden_size=32, num_attention_heads=1, intermediate_size=128, **shared))
+      hidden_size=32, num_attention_heads=1, intermediate_size=128,
+      num_hidden_layers=generator_layers or num_layers, **shared))
   with torch.no_grad():
     for net in (disc, gen):
       for parameter in net.parameters():
@@ -324,9 +331,11 @@ def import_config():
   return config
 
 
-def test_transformers_model_imports_with_equal_logits(tmp_path, vocab):
-  """Both networks, each in its own directory, as saved by save_pretrained."""
-  disc, gen = transformers_pair()
+@pytest.mark.parametrize('generator_layers', [2, 1])
+def test_transformers_model_imports_with_equal_logits(tmp_path, vocab, generator_layers):
+  """Both networks, each in its own directory, as saved by save_pretrained; the generator as
+  deep as the discriminator or shallower."""
+  disc, gen = transformers_pair(generator_layers=generator_layers)
   disc.save_pretrained(tmp_path / 'disc')
   gen.save_pretrained(tmp_path / 'gen')
   shutil.copy(vocab.model_path, tmp_path / 'gen' / 'vocab.model')
@@ -334,6 +343,7 @@ def test_transformers_model_imports_with_equal_logits(tmp_path, vocab):
   config = importing.import_checkpoint(import_config(), str(workdir), str(tmp_path / 'disc'),
                                        generator_dir=str(tmp_path / 'gen'))
   assert config.model.generator_hidden_size == 32 and config.model.embedding_size == 32
+  assert config.model.generator_layers == generator_layers / 2
   run = exporting.load_run(str(workdir))
   input_ids, segment_ids = pair_batch(1000)
   ours_disc, ours_gen = our_logits(run.params, run.config.model, input_ids, segment_ids)

@@ -114,12 +114,15 @@ def default_config() -> ml_collections.ConfigDict:
   c.model.vocab_size = 30522   # must equal the vocabulary's size (trained or given)
   c.model.embedding_size = 128  # E: width of the shared embedding block
   c.model.hidden_size = 256    # H: discriminator width
-  c.model.num_layers = 12      # generator and discriminator alike
+  c.model.num_layers = 12      # the discriminator's (and by default the generator's) depth
   c.model.num_heads = 4
   c.model.intermediate_size = 1024
   # Generator width as a fraction of hidden_size (or an absolute width if > 1); its heads are
   # max(1, width // 64) and its FFN 4 x width. ELECTRA only: an 'mlm' run has no generator.
   c.model.generator_hidden_size = 0.25
+  # Generator depth as a fraction of num_layers (or a count if > 1): the original's
+  # generator_layers. ELECTRA and the MLM ablations; 1.0 in every paper model.
+  c.model.generator_layers = 1.0
   c.model.max_position_embeddings = 512
   c.model.type_vocab_size = 2
   c.model.dropout_rate = 0.1
@@ -202,14 +205,16 @@ def check_generator_is_discriminator_sized(m: ml_collections.ConfigDict, why: st
   their encoders must have one shape. The generator's is generator_width wide with 64-wide heads
   and a 4x FFN (model.generator_encoder), so the discriminator must be shaped that way too."""
   width = model_lib.generator_width(m)
-  generator = (width, max(1, width // 64), 4 * width)
-  discriminator = (m.hidden_size, m.num_heads, m.intermediate_size)
+  generator = (width, max(1, width // 64), 4 * width, model_lib.generator_depth(m))
+  discriminator = (m.hidden_size, m.num_heads, m.intermediate_size, m.num_layers)
   if generator != discriminator:
     raise UsageError(
-        f'{why}, so the two must have one shape; the generator would have (width, heads, FFN) '
+        f'{why}, so the two must have one shape; the generator would have (width, heads, FFN, '
+        f'layers) '
         f'{generator}, the discriminator {discriminator}. Set '
-        '--config.model.generator_hidden_size=1.0, on a discriminator with 64-wide heads and an '
-        'FFN 4x its width (hidden_size = 64 * num_heads = intermediate_size / 4)')
+        '--config.model.generator_hidden_size=1.0 and generator_layers=1.0, on a discriminator '
+        'with 64-wide heads and an FFN 4x its width (hidden_size = 64 * num_heads = '
+        'intermediate_size / 4)')
 
 
 def validate(config: ml_collections.ConfigDict, num_devices: int):
@@ -296,7 +301,8 @@ def check_workdir_config(config: ml_collections.ConfigDict, workdir: str):
     if was != now:
       raise UsageError(f'{workdir} holds a run with {field} {was!r}, not {now!r}; use a new '
                        f'--workdir or --config.{field}={was}')
-  saved_model = saved.get('model', {})
+  # Model fields added since, with the value that runs saved before them had.
+  saved_model = {'generator_layers': 1.0, **saved.get('model', {})}
   changed = {k: (saved_model.get(k), v) for k, v in config.model.to_dict().items()
              if saved_model.get(k) != v}
   if changed:

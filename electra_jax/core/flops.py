@@ -41,7 +41,7 @@ parameter or token count and small next to the matmuls.
 
 import ml_collections
 
-from electra_jax.core.model import generator_width
+from electra_jax.core.model import generator_depth, generator_width
 from electra_jax.objective.masking import num_slots
 
 # Dense bfloat16 tensor-core peaks (FLOP/s) by device kind, from the vendors' data sheets; the
@@ -93,7 +93,7 @@ def forward_flops(config: ml_collections.ConfigDict) -> dict[str, int]:
     }
   gen_width = generator_width(m)
   generator = _encoder_forward(tokens, length, m.embedding_size, gen_width, 4 * gen_width,
-                               m.num_layers)
+                               generator_depth(m))
   with_generator = {
       'generator': generator['projections'],
       'generator_attention': generator['attention'],

@@ -50,6 +50,13 @@ def generator_width(config: ml_collections.ConfigDict) -> int:
   return int(size) if size > 1 else int(round(config.hidden_size * size))
 
 
+def generator_depth(config: ml_collections.ConfigDict) -> int:
+  """Layers of the generator: a fraction of the discriminator's (a value > 1 is taken as the
+  count), at least one. Configs saved before the field existed had the discriminator's depth."""
+  depth = config.get('generator_layers', 1.0)
+  return int(depth) if depth > 1 else max(1, int(round(config.num_layers * depth)))
+
+
 def layer_norm(name: str) -> nn.LayerNorm:
   return nn.LayerNorm(epsilon=LAYER_NORM_EPS, dtype=jnp.float32, name=name)
 
@@ -252,11 +259,11 @@ def discriminator_encoder(c: ml_collections.ConfigDict, dtype, remat: bool,
 
 def generator_encoder(c: ml_collections.ConfigDict, dtype, remat: bool,
                       attention: str) -> Encoder:
-  """The generator's encoder: the discriminator's depth at generator_width, 64-wide heads and a
+  """The generator's encoder: generator_depth layers at generator_width, 64-wide heads and a
   4x FFN, as the original sizes it."""
   width = generator_width(c)
   return Encoder(
-      hidden_size=width, num_layers=c.num_layers, num_heads=max(1, width // 64),
+      hidden_size=width, num_layers=generator_depth(c), num_heads=max(1, width // 64),
       intermediate_size=4 * width, dropout_rate=c.dropout_rate,
       attention_dropout_rate=c.attention_dropout_rate, dtype=dtype, remat=remat,
       attention=attention)

@@ -28,9 +28,8 @@ _DEFAULTS = {'hidden_act': 'gelu', 'layer_norm_eps': 1e-12, 'max_position_embedd
              'is_decoder': False, 'add_cross_attention': False, 'tie_word_embeddings': True}
 _REQUIRED = ('vocab_size', 'embedding_size', 'hidden_size', 'num_hidden_layers',
              'num_attention_heads', 'intermediate_size')
-# Fields both networks must agree on: they share the embedding block and the depth.
-_SHARED = ('vocab_size', 'embedding_size', 'num_hidden_layers', 'max_position_embeddings',
-           'type_vocab_size')
+# Fields both networks must agree on: they share the embedding block.
+_SHARED = ('vocab_size', 'embedding_size', 'max_position_embeddings', 'type_vocab_size')
 
 
 def generator_shape(width: int) -> tuple[int, int]:
@@ -44,8 +43,9 @@ def to_hf(model_config: ml_collections.ConfigDict, network: str) -> dict[str, An
   if network == 'generator':
     width = model_lib.generator_width(m)
     heads, ffn = generator_shape(width)
+    depth = model_lib.generator_depth(m)
   else:
-    width, heads, ffn = m.hidden_size, m.num_heads, m.intermediate_size
+    width, heads, ffn, depth = m.hidden_size, m.num_heads, m.intermediate_size, m.num_layers
   kind = params_lib.NETWORKS[network].kind
   architecture = ARCHITECTURES[kind] if kind in ARCHITECTURES else TASK_ARCHITECTURES[kind]
   return {
@@ -54,7 +54,7 @@ def to_hf(model_config: ml_collections.ConfigDict, network: str) -> dict[str, An
       'vocab_size': m.vocab_size,
       'embedding_size': m.embedding_size,
       'hidden_size': width,
-      'num_hidden_layers': m.num_layers,
+      'num_hidden_layers': depth,
       'num_attention_heads': heads,
       'intermediate_size': ffn,
       'hidden_act': 'gelu',  # exact erf GELU in transformers, as in our model
@@ -156,4 +156,9 @@ def from_hf(discriminator: dict | None, generator: dict | None,
     result.intermediate_size = discriminator['intermediate_size']
   if generator is not None and model_lib.generator_width(result) != generator['hidden_size']:
     result.generator_hidden_size = generator['hidden_size']
+  if generator is not None and discriminator is not None:
+    # As a fraction: a count of 1 would read as the fraction 1.0 (every layer).
+    depth = generator['num_hidden_layers'] / discriminator['num_hidden_layers']
+    if model_lib.generator_depth(result) != generator['num_hidden_layers']:
+      result.generator_layers = depth
   return result
