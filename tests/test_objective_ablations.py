@@ -1,5 +1,6 @@
-"""The paper's ablations (Table 5) as objectives: each loss against its formula, written out
-again here in numpy float64 on a hand-checkable batch, and each objective through `main`.
+"""The paper's ablations (Table 5) and Electric as objectives: each loss against its formula,
+written out again here in numpy float64 on a hand-checkable batch, and each objective through
+`main`.
 
 The networks are replaced by a stub returning fixed logits, so what is checked is the objective
 alone: which positions count, what the discriminator-sized network reads, and the arithmetic.
@@ -30,12 +31,13 @@ FAKE_IDS = np.array([[2, 9, 6, 7, 3, 0],
                      [2, 8, 9, 5, 7, 3]])
 SELECTED = [(0, 1), (1, 2), (1, 4)]  # (row, position) of every used slot
 SLOTS = [(0, 0), (1, 0), (1, 1)]     # the same, as (row, slot)
+CANDIDATES = 7  # tokens other than [PAD], [CLS], [SEP]: 5 6 7 and 8 9 5 6
 TOLERANCE = dict(rtol=1e-6, atol=1e-6)  # float32 objective vs float64 formula
 
 
 def config_for(name):
   return ml_collections.ConfigDict(dict(objective=name, temperature=1.0, gen_weight=0.7,
-                                        disc_weight=50.0, copy_weight=0.5))
+                                        disc_weight=50.0, copy_weight=0.5, mask_prob=0.15))
 
 
 def fixed_batch():
@@ -51,9 +53,14 @@ def fixed_batch():
                                 jnp.float32(WEIGHTS.sum()), jnp.float32((INPUT_IDS != 0).sum()))
   gen = rng.normal(size=(B, N, V))
   gen[np.arange(B)[:, None], np.arange(N)[None, :], SAMPLES] += 40.0
+  # Electric's cloze logits at every position, forcing the same samples where it samples.
+  cloze = rng.normal(size=(B, L, V)) * 2
+  for (r, s), (_, p) in zip([*SLOTS, (0, 1)], [*SELECTED, (0, 3)]):
+    cloze[r, p, SAMPLES[r, s]] += 40.0
   logits = {'generate': gen, 'discriminate': rng.normal(size=(B, L)) * 2,
             'predict_selected': rng.normal(size=(B, N, V)) * 2,
-            'predict_all': rng.normal(size=(B, L, V)) * 2, 'copy': rng.normal(size=(B, L)) * 2}
+            'predict_all': rng.normal(size=(B, L, V)) * 2, 'copy': rng.normal(size=(B, L)) * 2,
+            'cloze': cloze}
   batch = {'input_ids': jnp.asarray(INPUT_IDS), 'segment_ids': jnp.zeros((B, L), jnp.int32)}
   return batch, prepared, logits
 
@@ -65,7 +72,7 @@ def stub_apply(logits, seen):
   def apply_fn(variables, input_ids, segment_ids, *args, method=None, rngs=None):
     del variables, segment_ids, rngs
     seen[method] = np.asarray(input_ids)
-    if method in ('generate', 'discriminate'):
+    if method in ('generate', 'discriminate', 'cloze'):
       return f32(logits[method])
     positions = args[0]
     if positions.shape[1] == N:
@@ -77,6 +84,9 @@ def stub_apply(logits, seen):
 
 def run_loss(name):
   batch, prepared, logits = fixed_batch()
+  if name == 'electric':  # nothing [MASK]ed; the cloze loss's denominator counts candidates
+    prepared = prepared._replace(masked=prepared.masked._replace(
+        input_ids=jnp.asarray(INPUT_IDS)), mlm_count=jnp.float32(CANDIDATES))
   seen = {}
   loss, stats = objective.partial_loss(stub_apply(logits, seen), {}, batch, prepared,
                                        jax.random.PRNGKey(1), config_for(name), train=True)
@@ -168,6 +178,43 @@ def test_all_tokens_mlm_mixes_copy_and_softmax_at_every_token():
   assert stats['copy_correct'] == copy_hits
 
 
+def test_electric_is_a_cloze_loss_and_noise_contrastive_estimation():
+  loss, stats, logits, seen = run_loss('electric')
+  np.testing.assert_array_equal(seen['cloze'], INPUT_IDS)  # the text itself, never [MASK]
+  np.testing.assert_array_equal(seen['discriminate'], FAKE_IDS)
+  log_q = log_softmax(logits['cloze'])
+  real = [(r, p) for r in range(B) for p in range(L) if INPUT_IDS[r, p]]
+  candidates = [(r, p) for r, p in real if INPUT_IDS[r, p] not in (2, 3)]
+  assert len(candidates) == CANDIDATES and len(real) == 11
+  cloze = -np.mean([log_q[r, p, INPUT_IDS[r, p]] for r, p in candidates])
+  # Every selected position is noise, (1, 2) too, where the sample equals the original.
+  noise = {(r, p) for r, p in SELECTED}
+  nce = np.mean([bce(logits['discriminate'][r, p] + log_q[r, p, FAKE_IDS[r, p]]
+                     + np.log(0.15 / 0.85), float((r, p) in noise)) for r, p in real])
+  np.testing.assert_allclose(stats['mlm_loss'], cloze, **TOLERANCE)
+  np.testing.assert_allclose(stats['disc_loss'], nce, **TOLERANCE)
+  np.testing.assert_allclose(loss, 0.7 * cloze + 50.0 * nce, **TOLERANCE)
+  assert stats['replaced_count'] == 3 and stats['token_count'] == 11
+  assert stats['sampled_correct'] == 1 and stats['mlm_count'] == 3
+
+
+def test_electrics_cloze_model_never_sees_the_token_it_predicts():
+  from conftest import load_config  # pylint: disable=g-import-not-at-top
+  from electra_jax.core import model as model_lib  # pylint: disable=g-import-not-at-top
+  config = load_config('tiny')
+  config.model.update(vocab_size=60, num_layers=1, dropout_rate=0.0, attention_dropout_rate=0.0)
+  electric_model = model_lib.Electric(config.model)
+  params = model_lib.init_params(electric_model, jax.random.PRNGKey(0), 12)
+  ids = jnp.array([[2, 10, 11, 12, 13, 14, 15, 16, 17, 3, 0, 0]])
+  cloze = lambda x: electric_model.apply({'params': params}, x, jnp.zeros_like(x), method='cloze')
+  before = cloze(ids)
+  for t in range(1, 9):
+    after = cloze(ids.at[0, t].set(40))
+    np.testing.assert_array_equal(after[0, t], before[0, t])  # its own token: no effect at all
+    for neighbour in (t - 1, t + 1):  # both sides read it
+      assert np.abs(after[0, neighbour] - before[0, neighbour]).max() > 1e-4, (t, neighbour)
+
+
 def test_copy_likelihood_is_stable_where_d_saturates():
   from electra_jax.objective import all_tokens_mlm  # pylint: disable=g-import-not-at-top
   logits = jnp.zeros((1, 2, V))
@@ -197,6 +244,13 @@ def test_every_objective_has_flops_and_the_ablations_count_their_heads():
                 + 2 * tokens * m.embedding_size * (m.hidden_size + m.vocab_size)
                 + 2 * tokens * m.hidden_size)
   assert sum(counts['all_tokens_mlm'].values()) == all_tokens
+  gen_width = int(m.hidden_size * m.generator_hidden_size)  # small: 0.25 of 256
+  electric = (sum(counts['electra'].values()) - counts['electra']['generator_head']
+              - counts['electra']['vocabulary_projection']
+              + counts['electra']['generator'] + counts['electra']['generator_attention']
+              + 2 * tokens * 2 * gen_width * m.embedding_size
+              + 2 * tokens * m.embedding_size * m.vocab_size)
+  assert sum(counts['electric'].values()) == electric
 
 
 def test_an_unknown_objective_is_one_clear_error():
@@ -220,13 +274,15 @@ LOGGED = {
                      'replaced_fraction'}, {'disc_loss', 'copy_loss', 'disc_auc'}),
     'all_tokens_mlm': ({'disc_mlm_loss', 'disc_mlm_accuracy', 'copy_loss', 'copy_accuracy',
                         'sampled_accuracy', 'replaced_fraction'}, {'disc_loss', 'disc_auc'}),
+    'electric': ({'disc_loss', 'disc_accuracy', 'disc_auc', 'sampled_accuracy',
+                  'replaced_fraction'}, {'disc_mlm_loss', 'copy_loss'}),
 }
 
 
 # One subprocess run costs ~30 s of CPU; all_tokens_mlm (the one with most new code: the
 # copy head, predictions at every token) runs by default, the other two with -m slow.
 @pytest.fixture(scope='module', params=[
-    'all_tokens_mlm', pytest.param('electra_15', marks=pytest.mark.slow),
+    'all_tokens_mlm', 'electric', pytest.param('electra_15', marks=pytest.mark.slow),
     pytest.param('replace_mlm', marks=pytest.mark.slow)])
 def ablation_run(request, tmp_path_factory, wikitext):
   """4 steps of the objective on a shrunk tiny config; `main` checks at every log (steps 2 and
@@ -251,7 +307,7 @@ def test_main_trains_each_ablation_and_logs_its_metrics(ablation_run):
     assert {'loss', 'mlm_loss', 'mlm_accuracy', 'learning_rate'} | wanted <= set(m), m
     assert not unwanted & set(m), m
     assert all(np.isfinite(v) for v in m.values() if isinstance(v, float))
-    if name != 'electra_15':  # the MLM ablations: gen_weight (1.0) * MLM_gen + MLM_disc + ...
+    if name not in ('electra_15', 'electric'):  # the MLM ablations: MLM_gen + MLM_disc + ...
       expected = m['mlm_loss'] + m['disc_mlm_loss'] + m.get('copy_loss', 0.0)
       assert m['loss'] == pytest.approx(expected, rel=1e-5)
   assert (workdir / 'checkpoints' / '4').is_dir()
@@ -267,6 +323,13 @@ def test_an_mlm_ablation_exports_its_mlm_and_generator(ablation_run, tmp_path):
   import transformers
   from electra_jax.hf import exporting
   run = exporting.export_run(str(workdir), str(tmp_path))
+  if name == 'electric':  # the discriminator only: no transformers class has the cloze model
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['discriminator']
+    discriminator = transformers.ElectraForPreTraining.from_pretrained(tmp_path / 'discriminator')
+    np.testing.assert_array_equal(
+        discriminator.electra.embeddings.word_embeddings.weight.detach().numpy(),
+        run.params['embeddings']['word_embeddings']['embedding'])
+    return
   assert sorted(p.name for p in tmp_path.iterdir()) == ['generator', 'mlm']
   assert ('copy_head' in run.params) == (name == 'all_tokens_mlm')
   mlm = transformers.ElectraForMaskedLM.from_pretrained(tmp_path / 'mlm')

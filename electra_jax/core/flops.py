@@ -30,7 +30,14 @@ is the generator as above plus the discriminator-sized MLM:
   vocabulary projection  2·P·E·V                  a second one: the generator has its own
 
 and 'all_tokens_mlm' the same with the mlm head and the second vocabulary projection at all T
-tokens (2·T·H·E, 2·T·E·V) and a copy head 2·T·H,
+tokens (2·T·H·E, 2·T·E·V) and a copy head 2·T·H. 'electric' has two generator-sized towers
+(each as a network above, over all T tokens; their attention is one-directional but computed,
+and counted, as a full L x L product), a cloze head on their concatenation and the vocabulary
+projection at every token, and ELECTRA's discriminator and head:
+
+  generator              2 x (a network of width Hg)
+  cloze head             2·T·(2·Hg)·E
+  vocabulary projection  2·T·E·V
 
 with T = B·L tokens and P = B·N selected positions (N slots per sequence, all of them computed,
 used or not). Training costs 3x the forward pass: the backward pass computes a gradient for
@@ -113,6 +120,16 @@ def forward_flops(config: ml_collections.ConfigDict) -> dict[str, int]:
     if config.objective == 'all_tokens_mlm':
       counts['copy_head'] = 2 * tokens * m.hidden_size
     return counts
+  if config.objective == 'electric':
+    return {
+        'generator': 2 * generator['projections'],
+        'generator_attention': 2 * generator['attention'],
+        'cloze_head': 2 * tokens * 2 * gen_width * m.embedding_size,
+        'vocabulary_projection': 2 * tokens * m.embedding_size * m.vocab_size,
+        'discriminator': discriminator['projections'],
+        'discriminator_attention': discriminator['attention'],
+        'discriminator_head': 2 * tokens * m.hidden_size * (m.hidden_size + 1),
+    }
   raise ValueError(f'no FLOPs count for objective {config.objective!r}; add it to flops.py')
 
 

@@ -142,15 +142,20 @@ class SelfAttention(nn.Module):
 
   @nn.compact
   def __call__(self, x, input_mask, deterministic: bool):
+    """`input_mask` is [B, L] (the keys each query may attend to: the real tokens) or [B, L, L]
+    (query by key, e.g. a causal mask: Electric's one-directional towers)."""
     width = x.shape[-1]
     head_dim = width // self.num_heads
     split = lambda t: t.reshape(t.shape[:-1] + (self.num_heads, head_dim))
     dense = lambda name: nn.Dense(width, kernel_init=_init, dtype=self.dtype, name=name)
     query, key, value = (split(dense(n)(x)) for n in ('query', 'key', 'value'))
     # Padding keys get a large negative score, as in BERT: exp() of it underflows to 0.
-    bias = jnp.where(input_mask[:, None, None, :], 0.0, -10000.0).astype(jnp.float32)
+    pairs = input_mask[:, None, None, :] if input_mask.ndim == 2 else input_mask[:, None]
+    bias = jnp.where(pairs, 0.0, -10000.0).astype(jnp.float32)
     dropout_off = deterministic or self.attention_dropout_rate == 0.0
     kernel = attention_kernel(self.implementation, self.dtype, head_dim) if dropout_off else None
+    if kernel == 'cudnn' and input_mask.ndim == 3:
+      kernel = 'xla'  # the cuDNN call below takes padding as lengths, not a query-by-key mask
     if kernel == 'cudnn':
       lengths = jnp.sum(input_mask, axis=-1, dtype=jnp.int32)
       context = jax.nn.dot_product_attention(query, key, value, key_value_seq_lengths=lengths,
@@ -347,6 +352,62 @@ class Electra(nn.Module):
     return self.discriminator_head(hidden)
 
 
+class Electric(nn.Module):
+  """Electric (Clark et al., 2020, "Pre-Training Transformers as Energy-Based Cloze Models"),
+  as the original repository builds it: a two-tower cloze generator and the discriminator over
+  one embedding block.
+
+  The generator reads the uncorrupted text with two generator-sized encoders, one attending
+  left-to-right and one right-to-left; token t is represented by the forward tower at t-1 and
+  the backward tower at t+1, so nothing at t itself is seen, and a head like the MLM head (on
+  their concatenation) gives q(token | every other token) at every position. The discriminator
+  is ELECTRA's. Its head's logit, plus log q of the token it reads and log(mask_prob /
+  (1 - mask_prob)), is the noise-contrastive classifier (objective/electric.py).
+  """
+  config: ml_collections.ConfigDict  # the `model` section of the run config
+  dtype: Any = jnp.float32
+  remat: bool = False
+  attention: str = 'auto'  # SelfAttention.implementation; every choice computes the same
+
+  def setup(self):
+    c = self.config
+    self.embeddings = embeddings_block(c, self.dtype)
+    self.generator_forward = generator_encoder(c, self.dtype, self.remat, self.attention)
+    self.generator_backward = generator_encoder(c, self.dtype, self.remat, self.attention)
+    self.cloze_head = MLMHead(c.embedding_size, c.vocab_size, self.dtype)
+    self.discriminator = discriminator_encoder(c, self.dtype, self.remat, self.attention)
+    self.discriminator_head = DiscriminatorHead(self.dtype)
+
+  def __call__(self, input_ids, segment_ids, positions, deterministic: bool = True):
+    """Runs both networks once; used only to create every parameter at init."""
+    del positions
+    return (self.cloze(input_ids, segment_ids, deterministic),
+            self.discriminate(input_ids, segment_ids, deterministic))
+
+  def cloze(self, input_ids, segment_ids, deterministic: bool = True):
+    """Logits [B, L, V] (float32) of the token at each position given all the others."""
+    order = jnp.arange(input_ids.shape[1])
+    keys = (input_ids != 0)[:, None, :]
+    forward_mask = (order[None, :] <= order[:, None])[None] & keys   # query t sees keys <= t
+    backward_mask = (order[None, :] >= order[:, None])[None] & keys  # and keys >= t
+    # Each tower embeds the text itself, as the original's two BertModels do (its own dropout).
+    forward = self.generator_forward(self.embeddings(input_ids, segment_ids, deterministic),
+                                     forward_mask, deterministic)
+    backward = self.generator_backward(self.embeddings(input_ids, segment_ids, deterministic),
+                                       backward_mask, deterministic)
+    # Position t: the forward tower at t-1 and the backward one at t+1 (wrapping around at the
+    # ends, as the original's roll does; the ends are [CLS] and [SEP] or padding, never scored).
+    hidden = jnp.concatenate([jnp.roll(forward, 1, axis=1), jnp.roll(backward, -1, axis=1)], -1)
+    projected, output_bias = self.cloze_head(hidden)
+    return self.embeddings.attend(projected) + output_bias
+
+  def discriminate(self, input_ids, segment_ids, deterministic: bool = True):
+    """The discriminator head's logits [B, L] (float32), before the noise term."""
+    hidden = self.discriminator(self.embeddings(input_ids, segment_ids, deterministic),
+                                input_ids != 0, deterministic)
+    return self.discriminator_head(hidden)
+
+
 class MaskedLM(nn.Module):
   """BERT's masked LM: the discriminator-sized encoder and an MLM head on the tied embeddings."""
   config: ml_collections.ConfigDict  # the `model` section of the run config
@@ -413,7 +474,7 @@ class ReplaceMLM(nn.Module):
     return self.embeddings.attend(projected) + output_bias, copy_logits
 
 
-def init_params(model: Electra | MaskedLM | ReplaceMLM, rng, max_seq_length: int):
+def init_params(model: Electra | Electric | MaskedLM | ReplaceMLM, rng, max_seq_length: int):
   """Initial float32 parameters for every submodule of `model`."""
   ids = jnp.zeros((1, max_seq_length), jnp.int32)
   positions = jnp.zeros((1, 1), jnp.int32)

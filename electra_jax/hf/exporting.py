@@ -28,7 +28,9 @@ from electra_jax.hf import files, model_config, params as params_lib, tokenizer
 # head has no transformers counterpart and is left out (the export is its softmax part).
 EXPORTED = {'electra': ('discriminator', 'generator'), 'mlm': ('mlm',),
             'electra_15': ('discriminator', 'generator'),
-            'replace_mlm': ('mlm', 'generator'), 'all_tokens_mlm': ('mlm', 'generator')}
+            'replace_mlm': ('mlm', 'generator'), 'all_tokens_mlm': ('mlm', 'generator'),
+            # Electric's two-tower cloze generator has no transformers class.
+            'electric': ('discriminator',)}
 
 
 class Run(NamedTuple):

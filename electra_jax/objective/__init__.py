@@ -9,6 +9,8 @@
   replace_mlm.py     'replace_mlm': generator samples instead of [MASK]; a discriminator-sized
                      MLM predicts the originals there
   all_tokens_mlm.py  'all_tokens_mlm': Replace MLM predicting every token, copy mechanism
+  electric.py   'electric': the energy-based cloze model of the original repository, a two-tower
+                cloze generator and a noise-contrastive discriminator
 
 An objective is the network it trains and two pure functions:
   prepare(rng, input_ids, config, special) -> Prepared
@@ -30,7 +32,7 @@ import jax
 import ml_collections
 
 from electra_jax.core import model as model_lib
-from electra_jax.objective import all_tokens_mlm, electra, electra_15, mlm, replace_mlm
+from electra_jax.objective import all_tokens_mlm, electra, electra_15, electric, mlm, replace_mlm
 # The shared pieces, also reachable as objective.<name>.
 from electra_jax.objective.masking import (  # noqa: F401
     Masked, Prepared, SpecialIds, bert_mask_inputs, mask_inputs, num_slots, replace_and_label,
@@ -50,6 +52,7 @@ OBJECTIVES = {
     'replace_mlm': Objective(model_lib.ReplaceMLM, replace_mlm.prepare, replace_mlm.partial_loss),
     'all_tokens_mlm': Objective(functools.partial(model_lib.ReplaceMLM, copy_mechanism=True),
                                 all_tokens_mlm.prepare, all_tokens_mlm.partial_loss),
+    'electric': Objective(model_lib.Electric, electric.prepare, electric.partial_loss),
 }
 
 

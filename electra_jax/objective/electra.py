@@ -43,13 +43,19 @@ def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng,
 
   # Step 7: one joint loss, minimised by one optimizer over both networks.
   loss = config.gen_weight * mlm_loss + config.disc_weight * disc_loss
-  stats = {
+  return loss, step_stats(loss, mlm_loss, disc_loss, gen_logits, masked, sampled, disc_logits,
+                          labels, input_mask)
+
+
+def step_stats(loss, mlm_loss, disc_loss, gen_logits, masked, sampled, disc_logits, labels,
+               input_mask) -> dict:
+  """The statistics of a step with a generator sampling at `masked` and a token classifier."""
+  return {
       'loss': loss, 'mlm_loss': mlm_loss, 'disc_loss': disc_loss,
       **mlm.accuracy_counts(gen_logits, masked),
       'sampled_correct': jnp.sum((sampled == masked.targets) * masked.weights),
       **disc_counts(disc_logits, labels, input_mask),
   }
-  return loss, stats
 
 
 def generate_and_discriminate(apply_fn, params, batch, prepared: Prepared, dropout_rng,

@@ -40,6 +40,12 @@ class Prepared(NamedTuple):
   token_count: jax.Array   # non-padding tokens in the whole batch (the RTD mean's denominator)
 
 
+def candidates(input_ids, special: SpecialIds = SpecialIds()):
+  """The tokens that may be predicted: not padding, [CLS], [SEP] or [MASK]."""
+  return ((input_ids != special.pad) & (input_ids != special.cls) & (input_ids != special.sep)
+          & (input_ids != special.mask))
+
+
 def num_slots(max_seq_length: int, mask_prob: float) -> int:
   """Fixed number of prediction slots per sequence (19 for 128 at 15%), as in the original."""
   return int((mask_prob + 0.005) * max_seq_length)
@@ -56,8 +62,7 @@ def select_positions(rng, input_ids, mask_prob: float,
   """
   batch, length = input_ids.shape
   slots = num_slots(length, mask_prob)
-  is_candidate = ((input_ids != special.pad) & (input_ids != special.cls)
-                  & (input_ids != special.sep) & (input_ids != special.mask))
+  is_candidate = candidates(input_ids, special)
   # Uniform scores in (0, 1] for candidates and -1 for the rest: the top-N are a uniformly random
   # subset of candidates, and non-candidates only appear when a sequence has fewer than N.
   scores = jnp.where(is_candidate, 1.0 - jax.random.uniform(rng, (batch, length)), -1.0)
