@@ -139,8 +139,7 @@ def test_none_gives_each_network_its_own_embeddings_and_each_loss_trains_only_it
   assert np.abs(get(rtd, WORDS)).sum() > 0
   assert np.abs(mlm['generator_embeddings']['word_embeddings']['embedding']).sum() > 0
   # The generator's tied output matrix is its own table too: its logits move with it alone.
-  bumped = jax.tree.map(lambda x: x, params)
-  bumped['embeddings'] = jax.tree.map(lambda x: x + 1.0, params['embeddings'])
+  bumped = {**params, 'embeddings': jax.tree.map(lambda x: x + 1.0, params['embeddings'])}
   positions = jnp.array([[1, 2], [3, 4]])
   generate = lambda p: none.apply({'params': p}, IDS, jnp.zeros_like(IDS), positions,
                                   method='generate')

@@ -210,8 +210,7 @@ def check_generator_is_discriminator_sized(m: ml_collections.ConfigDict, why: st
   if generator != discriminator:
     raise UsageError(
         f'{why}, so the two must have one shape; the generator would have (width, heads, FFN, '
-        f'layers) '
-        f'{generator}, the discriminator {discriminator}. Set '
+        f'layers) {generator}, the discriminator {discriminator}. Set '
         '--config.model.generator_hidden_size=1.0 and generator_layers=1.0, on a discriminator '
         'with 64-wide heads and an FFN 4x its width (hidden_size = 64 * num_heads = '
         'intermediate_size / 4)')
