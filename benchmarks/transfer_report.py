@@ -17,14 +17,17 @@ from electra_jax.core import flops
 from electra_jax.training.report import format_duration
 
 TASKS = ('SST-2', 'MRPC')
-OBJECTIVES = ('electra', 'mlm')
 # Random initialisation with the recipe's layer-wise decay (0 = the recipe's value for the
 # size) and without any: the decay is a prior for pretrained layers, so random init gets both
 # and keeps the better.
 RANDOM_DECAY = {'random': 0.0, 'random_no_decay': 1.0}
 RANDOM = tuple(RANDOM_DECAY)
-LABELS = {'electra': 'ELECTRA', 'mlm': 'MLM', 'random': 'random init, recipe decay',
-          'random_no_decay': 'random init, no decay'}
+LABELS = {'electra': 'ELECTRA', 'mlm': 'MLM', 'electra_15': 'ELECTRA 15%',
+          'replace_mlm': 'Replace MLM', 'all_tokens_mlm': 'All-Tokens MLM',
+          'random': 'random init, recipe decay', 'random_no_decay': 'random init, no decay'}
+# The paper's Table 5: GLUE dev score of each objective at the same compute (BERT = 'mlm').
+PAPER_TABLE5 = {'electra': 85.0, 'all_tokens_mlm': 84.3, 'replace_mlm': 82.4,
+                'electra_15': 82.4, 'mlm': 82.2}
 MARGIN = 0.02  # ELECTRA's median must beat random init's by 2 points
 
 
@@ -113,13 +116,15 @@ def acceptance_checks(electra: dict | None, mlm: dict | None, random: dict | Non
 
 
 def summarize(out: str, plan: dict, state: dict, args: dict) -> dict:
+  objectives = plan['objectives']
+  random = RANDOM if args['random_init'] else ()
   finetuning = {start: {task: finetuning_summary(out, start, task, state) for task in TASKS}
-                for start in OBJECTIVES + RANDOM}
-  random_choice = {task: best_random({s: finetuning[s][task] for s in RANDOM}) for task in TASKS}
-  checks = {task: acceptance_checks(finetuning['electra'][task], finetuning['mlm'][task],
-                                    finetuning[random_choice[task]][task]
-                                    if random_choice[task] else None) for task in TASKS}
-  pretraining = {o: pretraining_summary(out, o, state) for o in OBJECTIVES}
+                for start in (*objectives, *random)}
+  random_choice = {task: best_random({s: finetuning[s][task] for s in random}) for task in TASKS}
+  ran = lambda start, task: finetuning.get(start, {}).get(task)
+  checks = {task: acceptance_checks(ran('electra', task), ran('mlm', task),
+                                    ran(random_choice[task], task)) for task in TASKS}
+  pretraining = {o: pretraining_summary(out, o, state) for o in objectives}
   runs = [{'start': start, 'task': task, 'seed': int(seed), 'scores': scores}
           for start, by_task in finetuning.items() for task, summary in by_task.items()
           if summary for seed, scores in summary['seeds'].items()]
@@ -131,9 +136,10 @@ def summarize(out: str, plan: dict, state: dict, args: dict) -> dict:
   return {
       'settings': {k: args[k] for k in ('config', 'set', 'corpus', 'held_out', 'glue_dir',
                                         'seeds', 'max_seq_length', 'sst2_examples',
-                                        'mrpc_examples', 'finetune_epochs')},
+                                        'mrpc_examples', 'finetune_epochs', 'objectives',
+                                        'random_init')},
       'held_out_files': state.get('data', {}).get('held_out'),
-      'plan': {o: {k: plan[o][k] for k in ('steps', 'flops_per_step')} for o in OBJECTIVES},
+      'plan': {o: {k: plan[o][k] for k in ('steps', 'flops_per_step')} for o in objectives},
       'pretraining': pretraining, 'finetuning': finetuning, 'runs': runs,
       'random_init_choice': random_choice, 'checks': checks, 'wall_seconds': wall,
   }
@@ -162,15 +168,18 @@ def markdown(results: dict) -> str:
   metrics = {'SST-2': ('accuracy',), 'MRPC': ('accuracy', 'f1')}
   finetune_wall = lambda start: format_duration(sum(
       wall.get(f'finetune_{start}_{task}', 0) for task in TASKS))
+  objectives = results['settings']['objectives']
+  random = [s for s in ft if s not in objectives]
   rows = []
-  for start in OBJECTIVES:
+  for start in objectives:
     rows.append([LABELS[start]] + [cell(ft[start][t], metrics[t]) for t in TASKS]
                 + pretraining_cells(pt[start], wall, start) + [finetune_wall(start)])
   choice = results['random_init_choice']
-  rows.append(['random init (better setting by median)'] + [
-      cell(ft[choice[t]][t], metrics[t]) + f" [{LABELS[choice[t]].split(', ')[1]}]"
-      if choice[t] else 'not run' for t in TASKS] + ['0', '0', '', ''])
-  for start in RANDOM:
+  if random:
+    rows.append(['random init (better setting by median)'] + [
+        cell(ft[choice[t]][t], metrics[t]) + f" [{LABELS[choice[t]].split(', ')[1]}]"
+        if choice[t] else 'not run' for t in TASKS] + ['0', '0', '', ''])
+  for start in random:
     rows.append([f'· {LABELS[start]}'] + [cell(ft[start][t], metrics[t]) for t in TASKS]
                 + ['', '', '', finetune_wall(start)])
   s = results['settings']
@@ -196,8 +205,9 @@ def markdown(results: dict) -> str:
       verdict = {True: 'pass', False: 'FAIL', None: 'n/a'}[c['passed']]
       verdicts.append(f"{verdict} ({c['detail']})")
     lines.append(f"| {first['check']} | " + ' | '.join(verdicts) + ' |')
+  lines += table5(ft, objectives)
   lines += ['', '## Final pretraining evaluation (held-out text)', '']
-  for objective in OBJECTIVES:
+  for objective in objectives:
     final = (pt[objective] or {}).get('final_eval')
     shown = f"step {final['step']:,}: " + ', '.join(
         f'{k[5:]} {v:.4f}' for k, v in final.items() if k.startswith('eval_')) \
@@ -212,6 +222,32 @@ def markdown(results: dict) -> str:
   return '\n'.join(lines)
 
 
+def ranks(scores: dict[str, float]) -> dict[str, int]:
+  """1 for the highest score; equal scores share a rank."""
+  return {k: 1 + sum(other > v for other in scores.values()) for k, v in scores.items()}
+
+
+def table5(ft: dict, objectives: list[str]) -> list[str]:
+  """The objectives in the paper's Table 5, ranked by median dev score next to the paper's
+  ranking; nothing unless one of the paper's ablations was run."""
+  compared = [o for o in objectives if o in PAPER_TABLE5]
+  if not set(compared) - {'electra', 'mlm'}:
+    return []
+  by_task = {t: {o: ft[o][t]['score'] for o in compared if ft[o][t]} for t in TASKS}
+  paper = ranks({o: PAPER_TABLE5[o] for o in compared})
+  ours = {t: ranks(scores) for t, scores in by_task.items()}
+  lines = ['', "## Against the paper's Table 5", '',
+           'The paper compares these objectives at the same compute on GLUE dev (its Table 5). '
+           'Rank 1 is the best; equal scores share a rank.', '',
+           '| objective | paper: GLUE (rank) | ' + ' | '.join(
+               f'{t} median (rank)' for t in TASKS) + ' |', '|---|---|' + '---|' * len(TASKS)]
+  for o in sorted(compared, key=lambda o: -PAPER_TABLE5[o]):
+    cells = [f'{100 * by_task[t][o]:.1f} ({ours[t][o]})' if o in by_task[t] else 'not run'
+             for t in TASKS]
+    lines.append(f'| {LABELS[o]} | {PAPER_TABLE5[o]} ({paper[o]}) | ' + ' | '.join(cells) + ' |')
+  return lines
+
+
 # ---------------------------------------------------------------- plots
 
 
@@ -222,7 +258,7 @@ def plot_pretraining(results: dict, path: str):
   fig, axes = plt.subplots(1, 2, figsize=(10, 4))
   for ax, key, title in zip(axes, ('eval_mlm_accuracy', 'eval_disc_auc'),
                             ('held-out MLM accuracy', 'held-out discriminator AUC')):
-    for objective in OBJECTIVES:
+    for objective in results['settings']['objectives']:
       curve = [m for m in ((results['pretraining'][objective] or {}).get('eval_curve') or [])
                if key in m]
       if curve:
@@ -242,7 +278,7 @@ def plot_finetuning(results: dict, path: str):
   matplotlib.use('Agg')
   from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
   panels = [('SST-2', 'accuracy'), ('MRPC', 'accuracy'), ('MRPC', 'f1')]
-  starts = OBJECTIVES + RANDOM
+  starts = list(results['finetuning'])
   fig, axes = plt.subplots(1, len(panels), figsize=(12, 4))
   fig.suptitle('fine-tuning: a dot per seed, a bar at the median')
   for ax, (task, metric) in zip(axes, panels):

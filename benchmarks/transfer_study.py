@@ -13,6 +13,9 @@ so running the command again resumes where it stopped):
   finetune  electra_jax.finetune with the paper's recipe on SST-2 (a fixed random subset) and
             MRPC, for every seed, from each pretrained encoder and from random initialisation
             with the recipe's layer-wise decay and with none (DIR/finetune/<start>-<task>).
+--objectives picks what is pretrained (electra,mlm by default; the paper's Table 5 ablations
+electra_15, replace_mlm and all_tokens_mlm too), each at the FLOPs of ELECTRA's run;
+--no-random_init leaves out the random-init starts.
 --jobs runs that many parts at once, each pinned to its own share of the CPU cores: both
 pretraining runs together, then the fine-tuning runs (longest first). Whatever has finished is then summarised in DIR/results.json, DIR/results.md and two plots (see
 transfer_report.py). Each part's output goes to DIR/logs/<part>.log; the console gets a line as
@@ -46,9 +49,7 @@ from electra_jax.training.report import format_duration
 
 REPO = finetune_glue.REPO
 SHARED = os.path.join(os.path.dirname(REPO), 'shared', 'data')
-TASKS, OBJECTIVES, RANDOM_DECAY = (transfer_report.TASKS, transfer_report.OBJECTIVES,
-                                   transfer_report.RANDOM_DECAY)
-STARTS = OBJECTIVES + tuple(RANDOM_DECAY)
+TASKS, RANDOM_DECAY = transfer_report.TASKS, transfer_report.RANDOM_DECAY
 
 
 def parse_args(argv=None):
@@ -79,6 +80,13 @@ def parse_args(argv=None):
   parser.add_argument('--jobs', type=int, default=0,
                       help='parts run at once, each on its own cores; 0 = one per CPU core '
                       '(at most 8)')
+  parser.add_argument('--objectives', default='electra,mlm',
+                      help='comma-separated config.objective values to pretrain, each at the '
+                      "FLOPs of ELECTRA's run, and fine-tune; add electra_15, replace_mlm or "
+                      "all_tokens_mlm for the paper's Table 5")
+  parser.add_argument('--random_init', action=argparse.BooleanOptionalAction, default=True,
+                      help='also fine-tune from random initialisation (--no-random_init to skip, '
+                      'e.g. when another --out has those runs)')
   parser.add_argument('--parts', default='pretrain,finetune',
                       help='comma-separated: pretrain, finetune (the report is always written)')
   args = parser.parse_args(argv)
@@ -88,7 +96,18 @@ def parse_args(argv=None):
   if unknown:
     raise UsageError(f"--parts={','.join(args.parts)}: unknown {', '.join(sorted(unknown))}; "
                      'use pretrain, finetune or both')
+  args.objectives = [o for o in args.objectives.split(',') if o]
+  known = transfer_report.LABELS.keys() - set(RANDOM_DECAY)
+  if not args.objectives or set(args.objectives) - known or \
+      len(set(args.objectives)) != len(args.objectives):
+    raise UsageError(f"--objectives={','.join(args.objectives)}: list each at most once, from "
+                     f"{', '.join(sorted(known))}")
   return args
+
+
+def starts(args) -> list[str]:
+  """What is fine-tuned: each pretrained objective, then random init's settings."""
+  return args.objectives + (list(RANDOM_DECAY) if args.random_init else [])
 
 
 # ---------------------------------------------------------------- state: what has finished
@@ -246,14 +265,15 @@ def pretrain_flags(args, data_dir: str, steps: int | None, objective: str) -> li
 
 
 def plan_pretraining(args, data_dir: str) -> dict[str, dict]:
-  """Per objective: its config flags, steps and model FLOPs per step, at equal total FLOPs."""
+  """Per objective: its config flags, steps and model FLOPs per step, at the total FLOPs of
+  ELECTRA's run (planned, and so kept the same, whether or not ELECTRA is in --objectives)."""
   electra = resolve_config(pretrain_flags(args, data_dir, None, 'electra'))
   if 'objective' not in electra:
     raise UsageError(f"{args.config} has no field 'objective': the MLM baseline needs an "
                      'electra_jax whose config has config.objective (electra or mlm)')
   steps = args.pretrain_steps or electra.num_train_steps
   plan = {}
-  for objective in OBJECTIVES:
+  for objective in ['electra'] + [o for o in args.objectives if o != 'electra']:
     per_step = flops.train_step_flops(resolve_config(
         pretrain_flags(args, data_dir, steps, objective)))
     if objective != 'electra':
@@ -261,6 +281,7 @@ def plan_pretraining(args, data_dir: str) -> dict[str, dict]:
     plan[objective] = {'flags': pretrain_flags(args, data_dir, steps, objective),
                        'steps': steps, 'flops_per_step': per_step}
   plan['model'] = electra.model.to_dict()
+  plan['objectives'] = args.objectives
   return plan
 
 
@@ -333,7 +354,7 @@ def check_flops(workdir: str, run: dict):
 
 def start_flags(args, plan: dict, start: str) -> tuple[list[str], int | None]:
   """(fine-tuning flags, the pretrained step it starts from, None for random init)."""
-  if start in OBJECTIVES:
+  if start in plan['objectives']:
     workdir = os.path.join(args.out, start)
     steps = committed_steps(workdir)
     if not steps or steps[-1] != plan[start]['steps']:
@@ -392,16 +413,16 @@ def run_study(args, state: dict) -> dict:
   """Runs the parts asked for that have not finished; returns the pretraining plan."""
   data_dir = os.path.join(args.out, 'data')
   plan = plan_pretraining(args, data_dir)
-  print(f"plan: ELECTRA {plan['electra']['steps']:,} steps x "
-        f"{plan['electra']['flops_per_step']:.3g} FLOPs, MLM {plan['mlm']['steps']:,} steps x "
-        f"{plan['mlm']['flops_per_step']:.3g} FLOPs", flush=True)
+  print('plan: ' + ', '.join(
+      f"{transfer_report.LABELS[o]} {plan[o]['steps']:,} steps x "
+      f"{plan[o]['flops_per_step']:.3g} FLOPs" for o in args.objectives), flush=True)
   if 'pretrain' in args.parts:
     prepare_data(args, state, data_dir)
-    run_all([lambda cores, o=o: pretrain(args, state, o, plan[o], cores) for o in OBJECTIVES],
+    run_all([lambda cores, o=o: pretrain(args, state, o, plan[o], cores) for o in args.objectives],
             args.jobs)
   if 'finetune' in args.parts:  # SST-2 first: its runs are the longest
     run_all([lambda cores, s=s, t=t: fine_tune(args, state, plan, s, t, cores)
-             for t in TASKS for s in STARTS], args.jobs)
+             for t in TASKS for s in starts(args)], args.jobs)
   return plan
 
 

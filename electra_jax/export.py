@@ -38,7 +38,7 @@ def main(argv):
     return
   run = cli.run(exporting.export_run, _WORKDIR.value, _OUT.value, _STEP.value, _OVERWRITE.value)
   written = ' and '.join(f'{_OUT.value}/{network}'
-                         for network in exporting.EXPORTED[run.config.objective])
+                         for network in exporting.exported_networks(run.config))
   print(f'exported step {run.step} of {_WORKDIR.value} to {written}')
 
 

@@ -4,7 +4,8 @@
 stop_gradient(word table) + its own zero-initialised residual, so the RTD loss sends the
 generator's word table exactly nothing; 'shared' (the default) is untouched. 'none': an embedding
 block each, so each loss trains only its own. 'all': the generator runs the discriminator's
-encoder. Export writes each network's own weights.
+encoder. Export writes each network's own weights; tests/test_every_switch.py trains and exports
+each mode through the trainer.
 """
 
 import jax
@@ -187,38 +188,3 @@ def test_all_refuses_a_generator_of_another_size():
     config_lib.validate(config, 1)
   config.model.update(SAME_SIZE.to_dict())
   config_lib.validate(config, 1)
-
-
-@pytest.mark.parametrize('sharing', ['none', 'all'])
-def test_main_trains_resumes_and_exports_each_sharing(sharing, tmp_path, wikitext):
-  """4 steps through `main` (which checks at each log that the step compiled once), 2 more
-  resumed from the checkpoint, then export: transformers loads both networks, and each holds
-  its own weights from the checkpoint."""
-  # pylint: disable=g-import-not-at-top  (torch in this process only for this check)
-  import transformers
-  from test_main import metrics, run
-  del wikitext  # (skips where the real data is absent)
-  flags = [f'--config.embedding_sharing={sharing}', '--config.log_every=2', '--config.save_every=2',
-           '--config.model.num_layers=1', '--config.max_seq_length=32', '--config.batch_size=8',
-           '--config.model.generator_hidden_size=1.0' if sharing == 'all' else
-           '--config.model.generator_hidden_size=0.25']
-  run(tmp_path, '--config.num_train_steps=4', *flags)
-  run(tmp_path, '--config.num_train_steps=6', *flags)
-  logged = metrics(tmp_path)
-  assert sorted(logged) == [2, 4, 6]
-  assert all(np.isfinite(m['disc_loss']) and np.isfinite(m['mlm_loss']) for m in logged.values())
-  out = tmp_path / 'hf'
-  exported = exporting.export_run(str(tmp_path), str(out))
-  params = exported.params
-  assert ('generator' in params) == (sharing == 'none')
-  assert ('generator_embeddings' in params) == (sharing == 'none')
-  discriminator = transformers.ElectraForPreTraining.from_pretrained(out / 'discriminator')
-  generator = transformers.ElectraForMaskedLM.from_pretrained(out / 'generator')
-  words = lambda m: m.electra.embeddings.word_embeddings.weight.detach().numpy()
-  np.testing.assert_array_equal(words(discriminator), get(params, WORDS))
-  own = params['generator_embeddings'] if sharing == 'none' else params['embeddings']
-  np.testing.assert_array_equal(words(generator), own['word_embeddings']['embedding'])
-  query = lambda m: m.electra.encoder.layer[0].attention.self.query.weight.detach().numpy().T
-  encoder = params['generator'] if sharing == 'none' else params['discriminator']
-  np.testing.assert_array_equal(query(generator),
-                                encoder['layer_0']['attention']['query']['kernel'])

@@ -1,12 +1,10 @@
 """The paper's ablations (Table 5) and Electric as objectives: each loss against its formula,
-written out again here in numpy float64 on a hand-checkable batch, and each objective through
-`main`.
+written out again here in numpy float64 on a hand-checkable batch. Each runs through the trainer
+in tests/test_every_switch.py.
 
 The networks are replaced by a stub returning fixed logits, so what is checked is the objective
 alone: which positions count, what the discriminator-sized network reads, and the arithmetic.
 """
-
-import json
 
 import jax
 import jax.numpy as jnp
@@ -262,79 +260,3 @@ def test_an_unknown_objective_is_one_clear_error():
   with pytest.raises(UsageError, match="config.objective='electra15': use one of .*electra_15.*"
                                        'replace_mlm.*all_tokens_mlm'):
     config_lib.validate(config, 1)
-
-
-# ---- each ablation through the command line -------------------------------------------------
-
-# Beyond loss, mlm_loss, mlm_accuracy and learning_rate, what each logs (and what it must not).
-LOGGED = {
-    'electra_15': ({'disc_loss', 'disc_accuracy', 'disc_auc', 'sampled_accuracy',
-                    'replaced_fraction'}, {'disc_mlm_loss', 'copy_loss'}),
-    'replace_mlm': ({'disc_mlm_loss', 'disc_mlm_accuracy', 'sampled_accuracy',
-                     'replaced_fraction'}, {'disc_loss', 'copy_loss', 'disc_auc'}),
-    'all_tokens_mlm': ({'disc_mlm_loss', 'disc_mlm_accuracy', 'copy_loss', 'copy_accuracy',
-                        'sampled_accuracy', 'replaced_fraction'}, {'disc_loss', 'disc_auc'}),
-    'electric': ({'disc_loss', 'disc_accuracy', 'disc_auc', 'sampled_accuracy',
-                  'replaced_fraction'}, {'disc_mlm_loss', 'copy_loss'}),
-}
-
-
-# One subprocess run costs ~30 s of CPU; all_tokens_mlm (the one with most new code: the
-# copy head, predictions at every token) runs by default, the other two with -m slow.
-@pytest.fixture(scope='module', params=[
-    'all_tokens_mlm', 'electric', pytest.param('electra_15', marks=pytest.mark.slow),
-    pytest.param('replace_mlm', marks=pytest.mark.slow)])
-def ablation_run(request, tmp_path_factory, wikitext):
-  """4 steps of the objective on a shrunk tiny config; `main` checks at every log (steps 2 and
-  4) that the train step compiled once."""
-  from test_main import run  # pylint: disable=g-import-not-at-top
-  del wikitext  # (skips where the real data is absent)
-  workdir = tmp_path_factory.mktemp(request.param)
-  run(workdir, f'--config.objective={request.param}', '--config.num_train_steps=4',
-      '--config.log_every=2', '--config.save_every=4', '--config.model.num_layers=1',
-      '--config.max_seq_length=32', '--config.batch_size=8')
-  return request.param, workdir
-
-
-def test_main_trains_each_ablation_and_logs_its_metrics(ablation_run):
-  from test_main import metrics  # pylint: disable=g-import-not-at-top
-  name, workdir = ablation_run
-  assert json.loads((workdir / 'config.json').read_text())['objective'] == name
-  logged = metrics(workdir)
-  assert sorted(logged) == [2, 4]
-  wanted, unwanted = LOGGED[name]
-  for m in logged.values():
-    assert {'loss', 'mlm_loss', 'mlm_accuracy', 'learning_rate'} | wanted <= set(m), m
-    assert not unwanted & set(m), m
-    assert all(np.isfinite(v) for v in m.values() if isinstance(v, float))
-    if name not in ('electra_15', 'electric'):  # the MLM ablations: MLM_gen + MLM_disc + ...
-      expected = m['mlm_loss'] + m['disc_mlm_loss'] + m.get('copy_loss', 0.0)
-      assert m['loss'] == pytest.approx(expected, rel=1e-5)
-  assert (workdir / 'checkpoints' / '4').is_dir()
-
-
-def test_an_mlm_ablation_exports_its_mlm_and_generator(ablation_run, tmp_path):
-  """The discriminator-sized MLM as an ElectraForMaskedLM (All-Tokens MLM's copy head has no
-  transformers counterpart and stays behind), the generator as ELECTRA's."""
-  name, workdir = ablation_run
-  if name == 'electra_15':
-    pytest.skip("exports as 'electra' does (tests/test_hf.py)")
-  # pylint: disable=g-import-not-at-top  (torch in this process only for this check)
-  import transformers
-  from electra_jax.hf import exporting
-  run = exporting.export_run(str(workdir), str(tmp_path))
-  if name == 'electric':  # the discriminator only: no transformers class has the cloze model
-    assert sorted(p.name for p in tmp_path.iterdir()) == ['discriminator']
-    discriminator = transformers.ElectraForPreTraining.from_pretrained(tmp_path / 'discriminator')
-    np.testing.assert_array_equal(
-        discriminator.electra.embeddings.word_embeddings.weight.detach().numpy(),
-        run.params['embeddings']['word_embeddings']['embedding'])
-    return
-  assert sorted(p.name for p in tmp_path.iterdir()) == ['generator', 'mlm']
-  assert ('copy_head' in run.params) == (name == 'all_tokens_mlm')
-  mlm = transformers.ElectraForMaskedLM.from_pretrained(tmp_path / 'mlm')
-  generator = transformers.ElectraForMaskedLM.from_pretrained(tmp_path / 'generator')
-  assert mlm.config.hidden_size == run.config.model.hidden_size
-  assert generator.config.hidden_size < mlm.config.hidden_size
-  np.testing.assert_array_equal(
-      mlm.generator_lm_head.bias.detach().numpy(), run.params['mlm_head']['output_bias'])

@@ -53,6 +53,47 @@ def test_acceptance_checks_and_random_init_choice():
       'random_no_decay'
 
 
+def test_table5_ranks_the_ablations_next_to_the_paper():
+  report = load_report()
+  assert report.ranks({'a': 0.8, 'b': 0.9, 'c': 0.8}) == {'a': 2, 'b': 1, 'c': 2}
+  run = lambda score: {'score': score}
+  ft = {'electra': {'SST-2': run(0.78), 'MRPC': run(0.66)},
+        'electra_15': {'SST-2': run(0.80), 'MRPC': None},
+        'mlm': {'SST-2': run(0.78), 'MRPC': run(0.67)}}
+  lines = report.table5(ft, ['electra', 'electra_15', 'mlm'])
+  rows = [line for line in lines if line.startswith('| ') and 'objective' not in line]
+  # In the paper's order; ELECTRA and MLM tie on SST-2 behind ELECTRA 15%.
+  assert rows == ['| ELECTRA | 85.0 (1) | 78.0 (2) | 66.0 (2) |',
+                  '| ELECTRA 15% | 82.4 (2) | 80.0 (1) | not run |',
+                  '| MLM | 82.2 (3) | 78.0 (2) | 67.0 (1) |']
+  assert report.table5(ft, ['electra', 'mlm']) == []  # the study's own pair: no section
+
+
+def test_every_objective_is_planned_at_electras_flops(tmp_path):
+  """--objectives: each run gets the steps that cost what ELECTRA's run costs, listed or not."""
+  sys.path.insert(0, str(REPO / 'benchmarks'))
+  try:
+    study = importlib.import_module('transfer_study')
+  finally:
+    sys.path.pop(0)
+  ablations = ['electra_15', 'replace_mlm', 'all_tokens_mlm']
+  args = study.parse_args([f'--out={tmp_path}', f"--objectives={','.join(ablations)}",
+                           '--no-random_init', '--pretrain_steps=100'])
+  assert study.starts(args) == ablations
+  plan = study.plan_pretraining(args, str(tmp_path / 'data'))
+  budget = 100 * plan['electra']['flops_per_step']
+  for objective in ablations:
+    run = plan[objective]
+    config = study.resolve_config(run['flags'])
+    assert config.objective == objective and config.num_train_steps == run['steps']
+    assert run['flops_per_step'] == flops.train_step_flops(config)
+    assert abs(run['steps'] * run['flops_per_step'] - budget) <= run['flops_per_step'] / 2
+  assert plan['electra_15']['steps'] == 100  # the same network and FLOPs as ELECTRA
+  assert plan['all_tokens_mlm']['steps'] < plan['replace_mlm']['steps'] < 100
+  with pytest.raises(study.UsageError, match='--objectives=electra,bert: list each at most once'):
+    study.parse_args([f'--out={tmp_path}', '--objectives=electra,bert'])
+
+
 def toy_corpus(directory):
   """Two wiki shards and the two shortest books, linked (the study holds one of each out)."""
   for folder, count in (('enwiki', 2), ('gutenberg', 2)):

@@ -20,6 +20,7 @@ from electra_jax.core import model as model_lib
 from electra_jax.core.model import ATTENTION_IMPLEMENTATIONS, EMBEDDING_SHARING
 
 RNG_IMPLEMENTATIONS = ('threefry2x32', 'rbg', 'unsafe_rbg')
+GENERATOR_KINDS = ('mlm', 'unigram')
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -77,6 +78,11 @@ def default_config() -> ml_collections.ConfigDict:
   # frozen. Needs embedding_sharing='none' and a generator of the discriminator's size
   # (training/two_stage.py).
   c.two_stage_steps = 0
+  # Where ELECTRA's replacements come from: 'mlm' (a small masked LM trained with the
+  # discriminator: the paper's generator) or 'unigram' (tokens drawn from the data's unigram
+  # distribution, no generator network: the paper's weakest generator, section 3.2 / Figure 3).
+  # See objective/unigram.py.
+  c.generator_kind = 'mlm'
 
   # Optimizer (AdamW as the original ran it).
   c.learning_rate = 5e-4       # peak of warmup x linear decay (decay starts at step 0)
@@ -231,6 +237,16 @@ def validate(config: ml_collections.ConfigDict, num_devices: int):
   if sharing == 'all':
     check_generator_is_discriminator_sized(
         m, "config.embedding_sharing='all' ties every generator weight to the discriminator's")
+  kind = config.get('generator_kind', 'mlm')
+  if kind not in GENERATOR_KINDS:
+    raise UsageError(f'config.generator_kind={kind!r}: use one of {", ".join(GENERATOR_KINDS)}')
+  if kind == 'unigram' and (config.objective != 'electra' or sharing != 'shared'
+                            or config.get('two_stage_steps', 0)):
+    raise UsageError(
+        "config.generator_kind='unigram' replaces ELECTRA's generator network by the data's "
+        'unigram distribution: it needs --config.objective=electra (not '
+        f'{config.objective!r}), embedding_sharing=shared (not {sharing!r}) and no '
+        'two_stage_steps, which all set up a generator network')
   two_stage_steps = config.get('two_stage_steps', 0)
   if two_stage_steps:
     if config.objective != 'electra' or sharing != 'none':
@@ -295,7 +311,7 @@ def check_workdir_config(config: ml_collections.ConfigDict, workdir: str):
   # Switches that change what a checkpoint's numbers mean, with the value of runs that predate
   # them.
   for field, default in (('rng_impl', 'threefry2x32'), ('embedding_sharing', 'shared'),
-                         ('two_stage_steps', 0)):
+                         ('two_stage_steps', 0), ('generator_kind', 'mlm')):
     was, now = saved.get(field, default), config.get(field, default)
     if was != now:
       raise UsageError(f'{workdir} holds a run with {field} {was!r}, not {now!r}; use a new '

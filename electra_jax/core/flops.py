@@ -98,6 +98,11 @@ def forward_flops(config: ml_collections.ConfigDict) -> dict[str, int]:
         'mlm_head': 2 * positions * m.hidden_size * m.embedding_size,
         'vocabulary_projection': vocabulary_projection,
     }
+  discriminator_head = 2 * tokens * m.hidden_size * (m.hidden_size + 1)
+  if config.get('generator_kind', 'mlm') == 'unigram':  # ELECTRA without a generator network
+    return {'discriminator': discriminator['projections'],
+            'discriminator_attention': discriminator['attention'],
+            'discriminator_head': discriminator_head}
   gen_width = generator_width(m)
   generator = _encoder_forward(tokens, length, m.embedding_size, gen_width, 4 * gen_width,
                                generator_depth(m))
@@ -110,8 +115,7 @@ def forward_flops(config: ml_collections.ConfigDict) -> dict[str, int]:
       'discriminator_attention': discriminator['attention'],
   }
   if config.objective in ('electra', 'electra_15'):
-    return {**with_generator,
-            'discriminator_head': 2 * tokens * m.hidden_size * (m.hidden_size + 1)}
+    return {**with_generator, 'discriminator_head': discriminator_head}
   if config.objective in ('replace_mlm', 'all_tokens_mlm'):
     predicted = positions if config.objective == 'replace_mlm' else tokens
     counts = {**with_generator,
@@ -128,7 +132,7 @@ def forward_flops(config: ml_collections.ConfigDict) -> dict[str, int]:
         'vocabulary_projection': 2 * tokens * m.embedding_size * m.vocab_size,
         'discriminator': discriminator['projections'],
         'discriminator_attention': discriminator['attention'],
-        'discriminator_head': 2 * tokens * m.hidden_size * (m.hidden_size + 1),
+        'discriminator_head': discriminator_head,
     }
   raise ValueError(f'no FLOPs count for objective {config.objective!r}; add it to flops.py')
 

@@ -293,6 +293,14 @@ def masked_lm_logits(embeddings: Embeddings, encoder: Encoder, head: MLMHead, in
   return embeddings.attend(hidden) + output_bias
 
 
+def replaced_token_logits(embeddings: Embeddings, encoder: Encoder, head: DiscriminatorHead,
+                          input_ids, segment_ids, deterministic: bool, word_delta=None):
+  """The discriminator's replaced-token logits [B, L] (float32), one per position."""
+  hidden = encoder(embeddings(input_ids, segment_ids, deterministic, word_delta), input_ids != 0,
+                   deterministic)
+  return head(hidden)
+
+
 EMBEDDING_SHARING = ('shared', 'gdes', 'none', 'all')
 
 
@@ -347,9 +355,8 @@ class Electra(nn.Module):
   def discriminate(self, input_ids, segment_ids, deterministic: bool = True):
     """Replaced-token logits [B, L] (float32), one per position."""
     delta = self.embedding_delta if self.embedding_sharing == 'gdes' else None
-    hidden = self.discriminator(self.embeddings(input_ids, segment_ids, deterministic, delta),
-                                input_ids != 0, deterministic)
-    return self.discriminator_head(hidden)
+    return replaced_token_logits(self.embeddings, self.discriminator, self.discriminator_head,
+                                 input_ids, segment_ids, deterministic, delta)
 
 
 class Electric(nn.Module):
@@ -403,9 +410,30 @@ class Electric(nn.Module):
 
   def discriminate(self, input_ids, segment_ids, deterministic: bool = True):
     """The discriminator head's logits [B, L] (float32), before the noise term."""
-    hidden = self.discriminator(self.embeddings(input_ids, segment_ids, deterministic),
-                                input_ids != 0, deterministic)
-    return self.discriminator_head(hidden)
+    return replaced_token_logits(self.embeddings, self.discriminator, self.discriminator_head,
+                                 input_ids, segment_ids, deterministic)
+
+
+class Discriminator(nn.Module):
+  """ELECTRA's discriminator alone, for a run whose replacements need no generator network
+  (config.generator_kind='unigram'). Its parameters are named as `Electra`'s discriminator's."""
+  config: ml_collections.ConfigDict  # the `model` section of the run config
+  dtype: Any = jnp.float32
+  remat: bool = False
+  attention: str = 'auto'  # SelfAttention.implementation; every choice computes the same
+
+  def setup(self):
+    c = self.config
+    self.embeddings = embeddings_block(c, self.dtype)
+    self.discriminator = discriminator_encoder(c, self.dtype, self.remat, self.attention)
+    self.discriminator_head = DiscriminatorHead(self.dtype)
+
+  def __call__(self, input_ids, segment_ids, deterministic: bool = True, positions=None):
+    """Replaced-token logits [B, L] (float32), one per position; `positions` is unused (the
+    other networks' init signature)."""
+    del positions
+    return replaced_token_logits(self.embeddings, self.discriminator, self.discriminator_head,
+                                 input_ids, segment_ids, deterministic)
 
 
 class MaskedLM(nn.Module):
@@ -474,11 +502,12 @@ class ReplaceMLM(nn.Module):
     return self.embeddings.attend(projected) + output_bias, copy_logits
 
 
-def init_params(model: Electra | Electric | MaskedLM | ReplaceMLM, rng, max_seq_length: int):
+def init_params(model: Electra | Electric | MaskedLM | ReplaceMLM | Discriminator, rng,
+                max_seq_length: int):
   """Initial float32 parameters for every submodule of `model`."""
   ids = jnp.zeros((1, max_seq_length), jnp.int32)
   positions = jnp.zeros((1, 1), jnp.int32)
-  return model.init({'params': rng}, ids, ids, positions)['params']
+  return model.init({'params': rng}, ids, ids, positions=positions)['params']
 
 
 def discriminator_view(params):

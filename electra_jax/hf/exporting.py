@@ -33,6 +33,14 @@ EXPORTED = {'electra': ('discriminator', 'generator'), 'mlm': ('mlm',),
             'electric': ('discriminator',)}
 
 
+def exported_networks(config: ml_collections.ConfigDict) -> tuple[str, ...]:
+  """The networks a run exports: its objective's, less the generator where a unigram
+  distribution stood in for one (config.generator_kind)."""
+  if config.get('generator_kind', 'mlm') == 'unigram':
+    return ('discriminator',)
+  return EXPORTED[config.objective]
+
+
 class Run(NamedTuple):
   config: ml_collections.ConfigDict
   params: dict[str, Any]  # numpy arrays
@@ -85,10 +93,12 @@ def load_run(workdir: str, step: int | None = None) -> Run:
 
 
 def export_params(params: dict[str, Any], model: ml_collections.ConfigDict, vocab,
-                  out_dir: str, objective_name: str = 'electra') -> dict[str, str]:
-  """Writes DIR/<network> for each network of the objective; returns their paths by network."""
+                  out_dir: str, objective_name: str = 'electra',
+                  networks: tuple[str, ...] | None = None) -> dict[str, str]:
+  """Writes DIR/<network> for each of `networks` (default: the objective's); returns their
+  paths by network."""
   written = {}
-  for network in EXPORTED[objective_name]:
+  for network in networks or EXPORTED[objective_name]:
     path = os.path.join(out_dir, network)
     files.write_model_dir(path, model_config.to_hf(model, network),
                           network_tensors(params, network))
@@ -127,7 +137,7 @@ def export_run(workdir: str, out_dir: str, step: int | None = None,
   if storage.is_uri(out_dir):
     raise UsageError(f"--out='{out_dir}' is not a local path; export to local disk, then copy "
                      'the directory (gcloud storage cp -r)')
-  networks = EXPORTED[load_run_config(workdir).objective]
+  networks = exported_networks(load_run_config(workdir))
   existing = _existing_outputs(out_dir, networks, overwrite)
   run = load_run(workdir, step)  # before removing anything, so a mistake costs nothing
   for path in existing:
@@ -135,5 +145,5 @@ def export_run(workdir: str, out_dir: str, step: int | None = None,
       shutil.rmtree(path)
     else:
       os.remove(path)
-  export_params(run.params, run.config.model, run.vocab, out_dir, run.config.objective)
+  export_params(run.params, run.config.model, run.vocab, out_dir, networks=networks)
   return run

@@ -11,6 +11,8 @@
   all_tokens_mlm.py  'all_tokens_mlm': Replace MLM predicting every token, copy mechanism
   electric.py   'electric': the energy-based cloze model of the original repository, a two-tower
                 cloze generator and a noise-contrastive discriminator
+  unigram.py    'electra' with config.generator_kind='unigram': replacements drawn from the
+                data's unigram distribution, no generator network (the paper's section 3.2)
 
 An objective is the network it trains and two pure functions:
   prepare(rng, input_ids, config, special) -> Prepared
@@ -32,7 +34,8 @@ import jax
 import ml_collections
 
 from electra_jax.core import model as model_lib
-from electra_jax.objective import all_tokens_mlm, electra, electra_15, electric, mlm, replace_mlm
+from electra_jax.objective import (all_tokens_mlm, electra, electra_15, electric, mlm,
+                                  replace_mlm, unigram)
 # The shared pieces, also reachable as objective.<name>.
 from electra_jax.objective.masking import (  # noqa: F401
     Masked, Prepared, SpecialIds, bert_mask_inputs, mask_inputs, num_slots, replace_and_label,
@@ -54,9 +57,13 @@ OBJECTIVES = {
                                 all_tokens_mlm.prepare, all_tokens_mlm.partial_loss),
     'electric': Objective(model_lib.Electric, electric.prepare, electric.partial_loss),
 }
+# ELECTRA whose replacements come from the unigram distribution (config.generator_kind).
+UNIGRAM_ELECTRA = Objective(model_lib.Discriminator, unigram.prepare, unigram.partial_loss)
 
 
 def get(config: ml_collections.ConfigDict) -> Objective:
+  if config.get('generator_kind', 'mlm') == 'unigram':
+    return UNIGRAM_ELECTRA
   return OBJECTIVES[config.objective]
 
 

@@ -149,6 +149,22 @@ def sample_replacements(keys, logits, temperature: float):
   return jax.vmap(draw)(keys, logits).astype(jnp.int32)
 
 
+def unigram_replacements(rng, input_ids, shape, special: SpecialIds = SpecialIds()):
+  """Tokens [shape] drawn from the unigram distribution of the text in `input_ids`.
+
+  Each is the token at a uniformly drawn candidate position (not padding, [CLS], [SEP] or [MASK])
+  of the whole batch, so a draw is token t with probability count(t) / count(all), the batch's
+  unigram frequency. As the batch is itself a random draw of the data, each replacement's
+  distribution is the data's unigram distribution exactly; draws in one batch share its counts.
+  """
+  flat = input_ids.ravel()
+  is_candidate = candidates(flat, special)
+  # Candidate positions first, in order: a stable sort on "is not a candidate".
+  order = jnp.argsort(~is_candidate, stable=True)
+  count = jnp.maximum(jnp.sum(is_candidate), 1)  # a batch of specials only has no selection
+  return flat[order[jax.random.randint(rng, shape, 0, count)]].astype(jnp.int32)
+
+
 def replace_and_label(input_ids, masked: Masked, sampled):
   """Originals with the samples written in, and labels 1.0 only where the token changed.
 
