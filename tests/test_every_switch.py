@@ -175,3 +175,24 @@ def test_each_switch_exports_what_transformers_loads(switch_run, tmp_path):
                                   run.params['mlm_head']['output_bias'])
   # All-Tokens MLM's copy head has no transformers counterpart: it stays in the checkpoint.
   assert ('copy_head' in run.params) == (name == 'all_tokens_mlm')
+
+
+def test_fine_tuning_starts_from_each_switchs_discriminator(switch_run):
+  """A GLUE run from the workdir starts from the encoder the discriminator (or the MLM) reads:
+  its embeddings (GDES: table + delta) and encoder, as the checkpoint holds them."""
+  # pylint: disable=g-import-not-at-top
+  import jax
+  from electra_jax.core import config as config_lib, model as model_lib
+  from electra_jax.finetune import init, model as finetune_model
+  from electra_jax.hf import exporting
+  from conftest import REPO
+  name, workdir, _ = switch_run
+  config = config_lib.load_config_file(str(REPO / 'configs' / 'finetune' / 'glue.py'))
+  config.update(task='MRPC', init_from=str(workdir), max_seq_length=32)
+  start = init.load_start(config)
+  assert start.description.endswith(f'(step {STEPS})')
+  params = init.initial_params(finetune_model.Classifier(start.model, 2), start, 0, 32)
+  reads = model_lib.discriminator_view(exporting.load_run(str(workdir)).params)
+  for part in init.ENCODER:
+    for ours, theirs in zip(jax.tree.leaves(params[part]), jax.tree.leaves(reads[part])):
+      np.testing.assert_array_equal(ours, theirs)
