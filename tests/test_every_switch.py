@@ -4,7 +4,8 @@ Each switch runs `train.train_and_evaluate` (what `python -m electra_jax.main` r
 flags are parsed) for 30 steps of a one-layer `tiny` on real text, with evaluation and Orbax
 checkpoints. It is preempted at step 18 (the trainer's own preemption path: save, stop) and run
 again to 30. It must log its own metrics, compile its step once (the trainer checks at every log
-line and raises otherwise), continue from its checkpoint, and export what transformers can load.
+line and raises otherwise), continue from its checkpoint, export what transformers can load, and
+give GLUE fine-tuning its discriminator to start from.
 One process and one prepared corpus serve them all, and the resumed run reads its compiled
 programs from JAX's persistent cache, so a switch costs about one compilation and its steps.
 """
