@@ -101,8 +101,11 @@ def test_data_parallel_step_all_reduces_the_gradient_once_and_gathers_no_paramet
   assert collectives.get('all-gather', {'count': 0})['count'] <= 1
   assert all('argsort' in source for source in gradient['all_gather_sources'])
   # One gradient's worth, exactly, with one known exception: the embedding block is shared by
-  # the generator and the discriminator, and XLA all-reduces each network's partial gradient of
-  # it before adding them: the word embeddings [V, E] once more, and the position embeddings as
+  # the generator and the discriminator. XLA folds the generator's tied output layer's share of
+  # the word table's gradient into the lookups' scatter-add as its starting value, so the
+  # partitioner all-reduces that share alone, zeroes it on all devices but one and reduces the
+  # total again: the word embeddings [V, E] once more. (A scatter-add behind an optimisation
+  # barrier, tried, reduces each use's share apart: three times.) The position embeddings go as
   # two [L, E] slices instead of one [512, E] table. Plus two per-token [B * L] statistics of the
   # AUC. Nothing else: no gradient reduced twice, none missing.
   tokens = config.batch_size * length
