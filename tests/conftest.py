@@ -3,6 +3,7 @@
 import hashlib
 import os
 from pathlib import Path
+import tempfile
 
 # Must happen before jax is imported anywhere.
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
@@ -11,6 +12,12 @@ os.environ.setdefault('JAX_NUM_CPU_DEVICES', '4')
 # loads it; a training run on the same host that did (one without JAX_PLATFORMS=cpu) would make
 # the topology compile here fail. On a CPU host no chip is shared, so more loads are safe.
 os.environ.setdefault('ALLOW_MULTIPLE_LIBTPU_LOAD', '1')
+# JAX's persistent compilation cache, for this process and every command a test starts: the
+# suite compiles the same tiny steps again and again (a run and its resume, one subprocess after
+# another), and a program XLA took over a second to compile is read back instead. Keyed by the
+# program, JAX version and flags, so a stale entry is never used.
+JAX_CACHE = Path(tempfile.gettempdir()) / 'electra_jax_tests' / 'jax_cache'
+os.environ.setdefault('JAX_COMPILATION_CACHE_DIR', str(JAX_CACHE))
 
 import pytest  # pylint: disable=g-import-not-at-top
 

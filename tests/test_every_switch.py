@@ -7,7 +7,8 @@ again to 30. It must log its own metrics, compile its step once (the trainer che
 line and raises otherwise), continue from its checkpoint, export what transformers can load, and
 give GLUE fine-tuning its discriminator to start from.
 One process and one prepared corpus serve them all, and the resumed run reads its compiled
-programs from JAX's persistent cache, so a switch costs about one compilation and its steps.
+programs from JAX's persistent cache (conftest.py), so a switch costs about one compilation and
+its steps.
 """
 
 import json
@@ -82,29 +83,9 @@ def read_lines(workdir):
   return [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
 
 
-@pytest.fixture(scope='module')
-def compilation_cache(tmp_path_factory):
-  """JAX's persistent compilation cache for these runs: a resumed run compiles the programs its
-  first part compiled, and reads them back instead. Restored afterwards."""
-  import jax  # pylint: disable=g-import-not-at-top
-  from jax.experimental.compilation_cache import compilation_cache as cache
-  fields = ('jax_compilation_cache_dir', 'jax_persistent_cache_min_compile_time_secs',
-            'jax_persistent_cache_min_entry_size_bytes')
-  before = {f: getattr(jax.config, f) for f in fields}
-  values = (str(tmp_path_factory.mktemp('jax_cache')), 0.0, 0)
-  for field, value in zip(fields, values):
-    jax.config.update(field, value)
-  cache.reset_cache()
-  yield
-  for field, value in before.items():
-    jax.config.update(field, value)
-  cache.reset_cache()
-
-
 @pytest.fixture(scope='module', params=list(SWITCHES))
-def switch_run(request, corpus, compilation_cache, tmp_path_factory):
+def switch_run(request, corpus, tmp_path_factory):
   """The switch preempted at step 18, then run again with the same config to step 30."""
-  del compilation_cache
   name = request.param
   workdir = tmp_path_factory.mktemp(name)
   config = switch_config(corpus, SWITCHES[name])

@@ -18,18 +18,16 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import REPO, error_line, tree_digest
+from conftest import JAX_CACHE, REPO, error_line, tree_digest
 from test_finetune import TINY, glue_folder, sentences, write_vocab
 
 TMP_MARK = '.orbax-checkpoint-tmp'  # how Orbax names a checkpoint it has not committed yet
-JAX_CACHE = Path(tempfile.gettempdir()) / 'electra_jax_tests' / 'jax_cache'
 
 
 @pytest.fixture(scope='module')
