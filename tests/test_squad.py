@@ -306,12 +306,20 @@ def assert_exports_as_electra_for_question_answering(workdir, out, vocab_size):
 
 @pytest.mark.slow
 def test_trained_and_evaluated_on_two_articles_it_reaches_90_em(squad_vocab, tmp_path):
-  """The whole feature/offset/answer path: a model that can memorise 2 articles answers them."""
+  """The whole feature/offset/answer path: a model that can memorise 2 articles answers them.
+
+  Memorising takes room and nothing in the way: tiny's widths, no dropout, no layer-wise decay,
+  40 epochs (33,700 steps of 8; EM 98.6 in 88 minutes on a busy 2-core machine). With E 16 / H 32,
+  dropout and the recipe's decay, 30 epochs reached EM 39.
+  """
   subset_file(tmp_path / 'part.json', articles=2, paragraphs=1000)
-  summary = run.fine_tune(tiny_config(
+  config = tiny_config(
       squad_vocab, tmp_path, task='squad_v1', head='electra', max_seq_length=128,
-      max_query_length=32, doc_stride=64, num_epochs=30.0, learning_rate=1e-3, beam_size=20,
-      n_best_size=20), str(tmp_path / 'out'))
+      max_query_length=32, doc_stride=64, num_epochs=40.0, learning_rate=1e-3, layer_decay=1.0,
+      beam_size=20, n_best_size=20, log_every=100)
+  config.model.update(embedding_size=64, hidden_size=128, num_heads=2, intermediate_size=512,
+                      dropout_rate=0.0, attention_dropout_rate=0.0)
+  summary = run.fine_tune(config, str(tmp_path / 'out'))
   assert summary['median']['dev']['exact_match'] >= 90.0
 
 
