@@ -154,8 +154,10 @@ def unigram_replacements(rng, input_ids, shape, special: SpecialIds = SpecialIds
 
   Each is the token at a uniformly drawn candidate position (not padding, [CLS], [SEP] or [MASK])
   of the whole batch, so a draw is token t with probability count(t) / count(all), the batch's
-  unigram frequency. As the batch is itself a random draw of the data, each replacement's
-  distribution is the data's unigram distribution exactly; draws in one batch share its counts.
+  unigram frequency. The batch is a random draw of the data, so a replacement's distribution is
+  the data's unigram distribution: exactly when every example holds as many candidates (packed
+  examples nearly all do), else up to the spread of their lengths. Draws in one batch share its
+  counts.
   """
   flat = input_ids.ravel()
   is_candidate = candidates(flat, special)
