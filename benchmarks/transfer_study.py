@@ -16,8 +16,11 @@ so running the command again resumes where it stopped):
 --objectives picks what is pretrained (electra,mlm by default; the paper's Table 5 ablations
 electra_15, replace_mlm and all_tokens_mlm too), each at the FLOPs of ELECTRA's run;
 --no-random_init leaves out the random-init starts.
---jobs runs that many parts at once, each pinned to its own share of the CPU cores: both
-pretraining runs together, then the fine-tuning runs (longest first). Whatever has finished is then summarised in DIR/results.json, DIR/results.md and two plots (see
+--jobs runs that many parts at once, each pinned to its own share of the CPU cores: the
+pretraining runs first, and each fine-tuning run (the longest first) as soon as a share is free
+and its encoder has finished pretraining, so a core that one pretraining run leaves is not idle
+while another still runs. Whatever has finished is then summarised in DIR/results.json,
+DIR/results.md and two plots (see
 transfer_report.py). Each part's output goes to DIR/logs/<part>.log; the console gets a line as
 each part starts and one with its wall time as it ends. DIR/state.json keeps each finished part's
 command and wall time, and the study's own wall time (the sum of the invocations that ran
@@ -29,7 +32,6 @@ import concurrent.futures
 import glob
 import json
 import os
-import queue
 import random
 import subprocess
 import sys
@@ -182,37 +184,41 @@ def usable_cores() -> list[int]:
   return list(range(os.cpu_count() or 1))
 
 
-def run_all(parts: list, jobs: int):
-  """Calls each part(cores), `jobs` at a time, each job on its own share of the cores.
+def run_all(parts: dict, jobs: int):
+  """Runs parts, {name: (part, names of the parts it needs)}, `jobs` at a time.
 
-  Two programs on the same cores slow each other more than they gain; pinned, each runs at the
-  speed of its share. The first failure stops what has not started and is raised when the
-  running parts have ended.
+  Each part(cores) gets its own share of the cores: two programs on the same cores slow each
+  other more than they gain, while pinned each runs at the speed of its share. A part starts
+  once everything it needs has ended well, the first such in the order given. The first failure
+  stops what has not started and is raised when the running parts have ended.
   """
   cores = usable_cores()
-  if jobs <= 1 or len(parts) <= 1 or not hasattr(os, 'sched_setaffinity'):
-    for part in parts:
-      part(None)
-    return
-  jobs = min(jobs, len(parts), len(cores))
-  free = queue.Queue()
-  for i in range(jobs):
-    free.put(set(cores[i::jobs]))
-
-  def on_free_cores(part):
-    share = free.get()
-    try:
-      part(share)
-    finally:
-      free.put(share)
-
-  pool = concurrent.futures.ThreadPoolExecutor(jobs)
-  futures = [pool.submit(on_free_cores, part) for part in parts]
-  try:
-    for future in concurrent.futures.as_completed(futures):
-      future.result()
-  finally:
-    pool.shutdown(wait=True, cancel_futures=True)
+  if not hasattr(os, 'sched_setaffinity'):
+    jobs = 1  # nothing to pin with: one part at a time, on every core
+  jobs = max(1, min(jobs, len(parts), len(cores)))
+  shares = [set(cores[i::jobs]) for i in range(jobs)] if jobs > 1 else [None]
+  pending, done, running, failure = list(parts), set(), {}, None
+  with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+    while running or (pending and failure is None):
+      ready = [name for name in pending if set(parts[name][1]) <= done]
+      while shares and ready and failure is None:
+        name = ready.pop(0)
+        pending.remove(name)
+        share = shares.pop(0)
+        running[pool.submit(parts[name][0], share)] = name, share
+      if not running:  # what is left needs a part that is not in the study
+        raise ValueError(f'parts {pending} need parts that never run: '
+                         f'{sorted(set().union(*(parts[n][1] for n in pending)) - set(parts))}')
+      ended, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+      for future in ended:
+        name, share = running.pop(future)
+        shares.append(share)
+        if future.exception() is None:
+          done.add(name)
+        elif failure is None:
+          failure = future.exception()
+  if failure is not None:
+    raise failure
 
 
 def skip(state: dict, name: str, note: str = ''):
@@ -416,13 +422,18 @@ def run_study(args, state: dict) -> dict:
   print('plan: ' + ', '.join(
       f"{transfer_report.LABELS[o]} {plan[o]['steps']:,} steps x "
       f"{plan[o]['flops_per_step']:.3g} FLOPs" for o in args.objectives), flush=True)
+  parts = {}
   if 'pretrain' in args.parts:
     prepare_data(args, state, data_dir)
-    run_all([lambda cores, o=o: pretrain(args, state, o, plan[o], cores) for o in args.objectives],
-            args.jobs)
+    for o in args.objectives:
+      parts[f'pretrain_{o}'] = (lambda cores, o=o: pretrain(args, state, o, plan[o], cores)), ()
   if 'finetune' in args.parts:  # SST-2 first: its runs are the longest
-    run_all([lambda cores, s=s, t=t: fine_tune(args, state, plan, s, t, cores)
-             for t in TASKS for s in starts(args)], args.jobs)
+    for t in TASKS:
+      for s in starts(args):
+        needs = (f'pretrain_{s}',) if f'pretrain_{s}' in parts else ()
+        parts[f'finetune_{s}_{t}'] = (
+            lambda cores, s=s, t=t: fine_tune(args, state, plan, s, t, cores)), needs
+  run_all(parts, args.jobs)
   return plan
 
 

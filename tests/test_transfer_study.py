@@ -5,6 +5,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+import threading
 
 import ml_collections
 import pytest
@@ -25,6 +26,14 @@ def load_report():
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
+
+
+def load_study():
+  sys.path.insert(0, str(REPO / 'benchmarks'))  # for the modules it imports beside it
+  try:
+    return importlib.import_module('transfer_study')
+  finally:
+    sys.path.pop(0)
 
 
 def summary(scores: list[float]) -> dict:
@@ -71,11 +80,7 @@ def test_table5_ranks_the_ablations_next_to_the_paper():
 
 def test_every_objective_is_planned_at_electras_flops(tmp_path):
   """--objectives: each run gets the steps that cost what ELECTRA's run costs, listed or not."""
-  sys.path.insert(0, str(REPO / 'benchmarks'))
-  try:
-    study = importlib.import_module('transfer_study')
-  finally:
-    sys.path.pop(0)
+  study = load_study()
   ablations = ['electra_15', 'replace_mlm', 'all_tokens_mlm']
   args = study.parse_args([f'--out={tmp_path}', f"--objectives={','.join(ablations)}",
                            '--no-random_init', '--pretrain_steps=100'])
@@ -167,6 +172,49 @@ def check_results(out):
   for name in ('pretraining_curves.png', 'finetune_scores.png'):
     pixels = image.imread(out / name)
     assert pixels.ndim == 3 and pixels.shape[0] > 100 and pixels.std() > 0  # not a blank image
+
+
+def test_a_part_starts_as_soon_as_what_it_needs_has_ended():
+  """--jobs=2: the fine-tuning of the run that finished first goes on the core it left while
+  the other run still pretrains; a failure starts nothing that needs it and is raised."""
+  study = load_study()
+  if len(study.usable_cores()) < 2:
+    pytest.skip('needs two cores to pin two parts')
+  started, log = {n: threading.Event() for n in 'abcd'}, []
+
+  def part(name, wait_for=None, fail=False):
+    def run(cores):
+      log.append(('start', name, frozenset(cores)))
+      started[name].set()
+      if wait_for:  # holds its share until `wait_for` has started beside it
+        assert started[wait_for].wait(timeout=30), f'{wait_for} did not start while {name} ran'
+      log.append(('end', name, frozenset(cores)))
+      if fail:
+        raise SystemExit(f'{name} failed')
+    return run
+
+  # a: a long pretraining run, b: a short one; d fine-tunes a's encoder, c b's. d comes first in
+  # the order given, but only c is ready when b ends.
+  needs = {'a': (), 'b': (), 'd': ('a',), 'c': ('b',)}
+  study.run_all({'a': (part('a', wait_for='c'), ()), 'b': (part('b'), ()),
+                 'd': (part('d'), needs['d']), 'c': (part('c'), needs['c'])}, jobs=2)
+  events = [(kind, name) for kind, name, _ in log]
+  assert sorted(events) == sorted((kind, n) for kind in ('start', 'end') for n in 'abcd')
+  for name, needed in needs.items():
+    for other in needed:
+      assert events.index(('end', other)) < events.index(('start', name)), events
+  shares = {cores for _, _, cores in log}
+  assert len(shares) == 2 and not frozenset.intersection(*shares)  # two disjoint pinned shares
+
+  log.clear()
+  for event in started.values():
+    event.clear()
+  with pytest.raises(SystemExit, match='b failed'):
+    study.run_all({'a': (part('a'), ()), 'b': (part('b', fail=True), ()),
+                   'c': (part('c'), ('b',))}, jobs=2)
+  assert sorted(name for kind, name, _ in log if kind == 'start') == ['a', 'b']
+  with pytest.raises(ValueError, match=r"need parts that never run: \['x'\]"):
+    study.run_all({'c': (part('c'), ('x',))}, jobs=2)
 
 
 def test_whole_study_at_toy_scale_then_a_rerun_skips_everything(tmp_path):
