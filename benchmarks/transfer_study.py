@@ -136,9 +136,9 @@ def save_state(out: str, state: dict):
 
 
 def run_part(out: str, state: dict, name: str, command: list[str], what: str,
-             cores: set[int] | None = None):
+             cores: set[int] | None = None, unfinished=lambda: None):
   """Runs `command` (on `cores`, if given) with its output in DIR/logs/<name>.log; records it
-  in state when it ends.
+  in state when it ends well: with exit status 0, and `unfinished()` has nothing to say.
 
   The wall time of every attempt is added up, an interrupted one included.
   """
@@ -164,6 +164,8 @@ def run_part(out: str, state: dict, name: str, command: list[str], what: str,
     with open(log_path) as f:
       tail = ''.join(f.readlines()[-15:])
     sys.exit(f'{tail}\n{name}: failed (exit {returncode}); the whole log is {log_path}')
+  if problem := unfinished():
+    sys.exit(f'{name}: {problem}; see {log_path}')
   record['command'] = command
   save_state(out, state)
   print(f'{name}: done in {format_duration(record["seconds"])}', flush=True)
@@ -341,12 +343,16 @@ def pretrain(args, state: dict, objective: str, run: dict, cores: set[int] | Non
     skip(state, name, f', {run["steps"]:,} steps')
     return
   resuming = f' from step {steps[-1]}' if steps else ''
+
+  def unfinished():  # main ends well when preempted too, having saved where it stopped
+    last = committed_steps(workdir)[-1:]
+    if last != [run['steps']]:
+      return (f'main stopped at step {last[0] if last else 0}, before the planned '
+              f'{run["steps"]:,} (preempted?); run the study again to resume from there')
+
   run_part(args.out, state, name, command,
            f'{objective} for {run["steps"]:,} steps{resuming}, '
-           f'{run["steps"] * run["flops_per_step"]:.3g} FLOPs', cores)
-  if committed_steps(workdir)[-1:] != [run['steps']]:
-    sys.exit(f'{name}: main ended without a checkpoint at step {run["steps"]}; see '
-             f'{os.path.join(args.out, "logs", name + ".log")}')
+           f'{run["steps"] * run["flops_per_step"]:.3g} FLOPs', cores, unfinished)
   check_flops(workdir, run)
 
 

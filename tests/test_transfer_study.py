@@ -217,6 +217,20 @@ def test_a_part_starts_as_soon_as_what_it_needs_has_ended():
     study.run_all({'c': (part('c'), ('x',))}, jobs=2)
 
 
+def test_a_part_that_ends_well_but_unfinished_is_not_recorded_as_done(tmp_path, capsys):
+  """main exits 0 when preempted (it saved where it stopped): the study must not count that
+  pretraining as finished."""
+  study = load_study()
+  state, command = {}, [sys.executable, '-c', 'pass']
+  stopped = r'pretrain_x: main stopped at step 7, before the planned 9; see .*/pretrain_x\.log'
+  with pytest.raises(SystemExit, match=stopped):
+    study.run_part(str(tmp_path), state, 'pretrain_x', command, 'x',
+                   unfinished=lambda: 'main stopped at step 7, before the planned 9')
+  assert 'command' not in state['pretrain_x'] and 'done in' not in capsys.readouterr().out
+  study.run_part(str(tmp_path), state, 'pretrain_x', command, 'x')
+  assert state['pretrain_x']['command'] == command and 'done in' in capsys.readouterr().out
+
+
 def test_whole_study_at_toy_scale_then_a_rerun_skips_everything(tmp_path):
   """Needs config.objective=mlm (the MLM baseline) in electra_jax."""
   pytest.importorskip('matplotlib')
