@@ -6,6 +6,7 @@ compile are skipped. The CPU tests elsewhere are unaffected: conftest sets JAX_P
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -121,6 +122,32 @@ def test_command_line_refuses_an_unknown_slice():
        '--topology=v9-8'], cwd=REPO, capture_output=True, text=True, timeout=120)
   assert result.returncode != 0
   assert 'electra_jax: error:' in result.stderr and 'v9-8' in result.stderr
+
+
+@requires_libtpu
+def test_a_held_libtpu_is_named_with_the_way_around_it():
+  """A JAX program started without JAX_PLATFORMS=cpu holds libtpu's one-per-host lock (it looks
+  for a TPU); --topology then says so, and ALLOW_MULTIPLE_LIBTPU_LOAD=1 compiles beside it."""
+  looking_for_a_tpu = {k: v for k, v in os.environ.items()
+                       if k not in ('JAX_PLATFORMS', 'ALLOW_MULTIPLE_LIBTPU_LOAD')}
+  holder = subprocess.Popen(
+      [sys.executable, '-c', 'import sys, jax; jax.devices(); print(1, flush=True); sys.stdin.read()'],
+      env=looking_for_a_tpu, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline().strip() == '1'
+    describe = [sys.executable, '-c', 'from electra_jax.training import aot; '
+                "print(len(aot.slice_devices('v4-8').devices))"]
+    alone = {k: v for k, v in os.environ.items() if k != 'ALLOW_MULTIPLE_LIBTPU_LOAD'}  # conftest's
+    held = subprocess.run(describe, cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env=alone)
+    assert held.returncode != 0
+    assert ('another process on this host holds libtpu (/tmp/libtpu_lockfile)' in held.stderr
+            and 'ALLOW_MULTIPLE_LIBTPU_LOAD=1' in held.stderr), held.stderr[-2000:]
+    beside = subprocess.run(describe, cwd=REPO, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, 'ALLOW_MULTIPLE_LIBTPU_LOAD': '1'})
+    assert beside.returncode == 0 and beside.stdout.split()[-1] == '4', beside.stderr[-2000:]
+  finally:
+    holder.communicate('', timeout=60)
 
 
 @pytest.mark.slow

@@ -84,6 +84,15 @@ def slice_devices(name: str) -> Slice:
         chip_config_name='megacore' if megacore else 'default', chips_per_host_bounds=per_host,
         num_slices=1)
   except Exception as e:  # pylint: disable=broad-except  (libtpu absent or refusing: say which)
+    if 'lockfile' in str(e):
+      # libtpu lets one process per host load it, and any JAX program started without
+      # JAX_PLATFORMS=cpu loads it to look for a TPU (a training run on this CPU, say). Compiling
+      # uses no TPU, so a second load is safe here; libtpu's own advice (rm the lockfile) is not
+      # while its holder runs.
+      raise UsageError(
+          f'cannot describe the TPU slice {name}: another process on this host holds libtpu '
+          '(/tmp/libtpu_lockfile), e.g. a JAX program started without JAX_PLATFORMS=cpu; run '
+          'this with ALLOW_MULTIPLE_LIBTPU_LOAD=1 (compiling uses no TPU), or after it ends') from e
     raise UsageError(f'cannot describe the TPU slice {name} on this host ({e}); compiling for '
                      'a TPU needs libtpu: pip install "jax[tpu]"') from e
   devices = list(topology.devices)
