@@ -39,7 +39,7 @@ from electra_jax.core import cli, flops, optim
 from electra_jax import objective
 from electra_jax.training import train
 from electra_jax.core import config as config_lib
-from electra_jax.core.model import attention_kernel
+from electra_jax.core.layers import attention_kernel
 
 USAGE = ('python -m electra_jax.benchmark --config=configs/small.py [--config.batch_size=B '
          '--config.max_seq_length=L ...] [--steps=N | --topology=v4-8 [--step=finetune]]')

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import REPO, load_config
 from electra_jax import benchmark, objective
-from electra_jax.core import flops, model as model_lib, optim
+from electra_jax.core import flops, layers, model as model_lib, optim
 from electra_jax.training import train
 
 RECORD_FIELDS = (
@@ -171,18 +171,18 @@ def padded_inputs(batch=4, length=24, width=64, seed=0):
 @pytest.mark.parametrize('num_heads', [1, 4])
 def test_fused_attention_equals_einsum_with_padding(num_heads):
   x, mask = padded_inputs()
-  layer = lambda impl: model_lib.SelfAttention(num_heads, 0.1, implementation=impl)
+  layer = lambda impl: layers.SelfAttention(num_heads, 0.1, implementation=impl)
   params = layer('einsum').init(jax.random.PRNGKey(0), x, mask, True)
   reference = layer('einsum').apply(params, x, mask, True)
   fused = layer('xla').apply(params, x, mask, True)
   np.testing.assert_allclose(fused, reference, atol=1e-5, rtol=1e-5)
-  assert model_lib.attention_kernel('auto', jnp.bfloat16, 64) == 'einsum'  # on a CPU
+  assert layers.attention_kernel('auto', jnp.bfloat16, 64) == 'einsum'  # on a CPU
 
 
 def test_attention_dropout_keeps_the_einsum_path():
   """With attention dropout on, every implementation runs the einsum path with its dropout."""
   x, mask = padded_inputs()
-  layer = lambda impl: model_lib.SelfAttention(2, 0.5, implementation=impl)
+  layer = lambda impl: layers.SelfAttention(2, 0.5, implementation=impl)
   params = layer('einsum').init(jax.random.PRNGKey(0), x, mask, True)
   run = lambda impl: layer(impl).apply(params, x, mask, False,
                                        rngs={'dropout': jax.random.PRNGKey(1)})

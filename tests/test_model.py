@@ -7,7 +7,7 @@ import pytest
 from scipy.special import erf
 
 from conftest import load_config
-from electra_jax.core import model as model_lib
+from electra_jax.core import layers, model as model_lib
 
 
 def param_shapes(config, seq=16):
@@ -57,7 +57,7 @@ def test_embeddings_shared_and_projected_only_when_widths_differ():
 def test_gelu_is_exact_erf():
   x = np.linspace(-6, 6, 1001)
   reference = 0.5 * x * (1 + erf(x / np.sqrt(2)))
-  np.testing.assert_allclose(np.asarray(model_lib.gelu(jnp.asarray(x, jnp.float32))), reference,
+  np.testing.assert_allclose(np.asarray(layers.gelu(jnp.asarray(x, jnp.float32))), reference,
                              atol=2e-6)
 
 

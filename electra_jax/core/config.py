@@ -17,7 +17,8 @@ from electra_jax import objective
 from electra_jax.core import storage
 from electra_jax.core.errors import UsageError
 from electra_jax.core import model as model_lib
-from electra_jax.core.model import ATTENTION_IMPLEMENTATIONS, EMBEDDING_SHARING
+from electra_jax.core.layers import ATTENTION_IMPLEMENTATIONS
+from electra_jax.core.model import EMBEDDING_SHARING
 
 RNG_IMPLEMENTATIONS = ('threefry2x32', 'rbg', 'unsafe_rbg')
 GENERATOR_KINDS = ('mlm', 'unigram')

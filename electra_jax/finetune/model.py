@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from electra_jax.core.model import Embeddings, Encoder
+from electra_jax.core.layers import Embeddings, Encoder
 
 
 def encode(module: nn.Module, input_ids, segment_ids, deterministic: bool):
@@ -38,7 +38,7 @@ class Classifier(nn.Module):
   num_outputs: int
   head_dropout_rate: float = 0.1
   dtype: Any = jnp.float32
-  attention: str = 'auto'  # model.SelfAttention.implementation, used where attention dropout is off
+  attention: str = 'auto'  # layers.SelfAttention.implementation, used where attention dropout is off
 
   @nn.compact
   def __call__(self, input_ids, segment_ids, deterministic: bool = True):

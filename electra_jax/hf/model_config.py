@@ -13,7 +13,7 @@ from typing import Any
 
 import ml_collections
 
-from electra_jax.core import model as model_lib
+from electra_jax.core import layers, model as model_lib
 from electra_jax.hf import params as params_lib
 from electra_jax.core.errors import UsageError
 
@@ -63,7 +63,7 @@ def to_hf(model_config: ml_collections.ConfigDict, network: str) -> dict[str, An
       'max_position_embeddings': m.max_position_embeddings,
       'type_vocab_size': m.type_vocab_size,
       'initializer_range': 0.02,
-      'layer_norm_eps': model_lib.LAYER_NORM_EPS,
+      'layer_norm_eps': layers.LAYER_NORM_EPS,
       'position_embedding_type': 'absolute',
       'pad_token_id': 0,  # our attention mask is `input_ids != 0`
       'tie_word_embeddings': True,
@@ -89,9 +89,9 @@ def check_supported(config: dict, source: str):
   problems = []
   if _field(config, 'hidden_act', source) != 'gelu':
     problems.append(f'hidden_act "{config["hidden_act"]}" (ours is exact "gelu")')
-  if not math.isclose(_field(config, 'layer_norm_eps', source), model_lib.LAYER_NORM_EPS):
+  if not math.isclose(_field(config, 'layer_norm_eps', source), layers.LAYER_NORM_EPS):
     problems.append(f'layer_norm_eps {config["layer_norm_eps"]} (ours is '
-                    f'{model_lib.LAYER_NORM_EPS})')
+                    f'{layers.LAYER_NORM_EPS})')
   if _field(config, 'position_embedding_type', source) != 'absolute':
     problems.append(f'position_embedding_type "{config["position_embedding_type"]}" '
                     '(ours is "absolute")')
