@@ -14,6 +14,7 @@ import statistics
 import ml_collections
 
 from electra_jax.core import flops
+from electra_jax.core.errors import UsageError
 from electra_jax.training.report import format_duration
 
 TASKS = ('SST-2', 'MRPC')
@@ -29,6 +30,39 @@ LABELS = {'electra': 'ELECTRA', 'mlm': 'MLM', 'electra_15': 'ELECTRA 15%',
 PAPER_TABLE5 = {'electra': 85.0, 'all_tokens_mlm': 84.3, 'replace_mlm': 82.4,
                 'electra_15': 82.4, 'mlm': 82.2}
 MARGIN = 0.02  # ELECTRA's median must beat random init's by 2 points
+# What two studies must share for their scores to sit side by side (--beside): the same
+# pretraining and fine-tuning settings (the pretraining FLOPs and the held-out files are
+# compared separately, so the config file and corpus may live at other paths).
+SHARED_SETTINGS = ('set', 'held_out', 'seeds', 'max_seq_length', 'sst2_examples',
+                   'mrpc_examples', 'finetune_epochs')
+
+
+def corpus_relative(paths: list[str]) -> list[str]:
+  """gutenberg/x.txt for .../pretraining-text/gutenberg/x.txt: a file as the corpus names it."""
+  return sorted(os.path.join(*os.path.normpath(p).split(os.sep)[-2:]) for p in paths)
+
+
+def read_beside(path: str, settings: dict, planned_flops: float, held_out: list[str]) -> dict:
+  """The results.json of the study in `path`, checked to have run with `settings`, the same
+  held-out files and each objective at `planned_flops` (to within one of its steps)."""
+  file = os.path.join(path, 'results.json')
+  if not os.path.exists(file):
+    raise UsageError(f'--beside={path}: no results.json there; give the --out of a study that '
+                     'has run')
+  with open(file) as f:
+    other = json.load(f)
+  differ = [f'{k} {other["settings"].get(k)!r} (here {settings[k]!r})' for k in SHARED_SETTINGS
+            if other['settings'].get(k) != settings[k]]
+  if other['held_out_files'] and corpus_relative(other['held_out_files']) != corpus_relative(
+      held_out):
+    differ.append('the held-out files')
+  differ += [f'{LABELS[o]} pretrained at {run["steps"] * run["flops_per_step"]:.4g} FLOPs '
+             f'(here {planned_flops:.4g})' for o, run in other['plan'].items()
+             if abs(run['steps'] * run['flops_per_step'] - planned_flops) > run['flops_per_step']]
+  if differ:
+    raise UsageError(f'--beside={path} ran with other settings: {"; ".join(differ)}. Its scores '
+                     'cannot sit beside this study\'s')
+  return other
 
 
 def flops_per_step(workdir: str) -> int:
@@ -133,11 +167,18 @@ def summarize(out: str, plan: dict, state: dict, args: dict) -> dict:
   wall['finetune'] = sum(v for k, v in wall.items() if k.startswith('finetune_'))
   parts = wall.get('data', 0.0) + wall['pretrain'] + wall['finetune']
   wall['total'] = wall.pop('study', parts)  # elapsed; less than the parts' sum with --jobs > 1
+  beside = None
+  if args.get('beside'):  # checked by the study before it ran anything
+    with open(os.path.join(args['beside'], 'results.json')) as f:
+      other = json.load(f)
+    beside = {'dir': args['beside'], 'finetuning': {
+        o: other['finetuning'][o] for o in other['plan'] if o not in objectives}}
   return {
       'settings': {k: args[k] for k in ('config', 'set', 'corpus', 'held_out', 'glue_dir',
                                         'seeds', 'max_seq_length', 'sst2_examples',
                                         'mrpc_examples', 'finetune_epochs', 'objectives',
-                                        'random_init')},
+                                        'random_init', 'beside')},
+      'beside': beside,
       'held_out_files': state.get('data', {}).get('held_out'),
       'plan': {o: {k: plan[o][k] for k in ('steps', 'flops_per_step')} for o in objectives},
       'pretraining': pretraining, 'finetuning': finetuning, 'runs': runs,
@@ -205,7 +246,7 @@ def markdown(results: dict) -> str:
       verdict = {True: 'pass', False: 'FAIL', None: 'n/a'}[c['passed']]
       verdicts.append(f"{verdict} ({c['detail']})")
     lines.append(f"| {first['check']} | " + ' | '.join(verdicts) + ' |')
-  lines += table5(ft, objectives)
+  lines += table5(ft, objectives, results['beside'])
   lines += ['', '## Final pretraining evaluation (held-out text)', '']
   for objective in objectives:
     final = (pt[objective] or {}).get('final_eval')
@@ -227,15 +268,20 @@ def ranks(scores: dict[str, float]) -> dict[str, int]:
   return {k: 1 + sum(other > v for other in scores.values()) for k, v in scores.items()}
 
 
-def table5(ft: dict, objectives: list[str]) -> list[str]:
-  """The objectives in the paper's Table 5, ranked by median dev score next to the paper's
-  ranking; nothing unless one of the paper's ablations was run."""
+def table5(ft: dict, objectives: list[str], beside: dict | None = None) -> list[str]:
+  """The objectives in the paper's Table 5, this study's and those of the study `beside` it,
+  ranked by median dev score next to the paper's ranking; nothing unless one of the paper's
+  ablations was run."""
+  if beside:
+    ft = {**beside['finetuning'], **ft}
+    objectives = [*objectives, *beside['finetuning']]
   compared = [o for o in objectives if o in PAPER_TABLE5]
   if not set(compared) - {'electra', 'mlm'}:
     return []
   by_task = {t: {o: ft[o][t]['score'] for o in compared if ft[o][t]} for t in TASKS}
   paper = ranks({o: PAPER_TABLE5[o] for o in compared})
   ours = {t: ranks(scores) for t, scores in by_task.items()}
+  mark = lambda o: ' †' if beside and o in beside['finetuning'] else ''
   lines = ['', "## Against the paper's Table 5", '',
            'The paper compares these objectives at the same compute on GLUE dev (its Table 5). '
            'Rank 1 is the best; equal scores share a rank.', '',
@@ -244,7 +290,11 @@ def table5(ft: dict, objectives: list[str]) -> list[str]:
   for o in sorted(compared, key=lambda o: -PAPER_TABLE5[o]):
     cells = [f'{100 * by_task[t][o]:.1f} ({ours[t][o]})' if o in by_task[t] else 'not run'
              for t in TASKS]
-    lines.append(f'| {LABELS[o]} | {PAPER_TABLE5[o]} ({paper[o]}) | ' + ' | '.join(cells) + ' |')
+    lines.append(f'| {LABELS[o]}{mark(o)} | {PAPER_TABLE5[o]} ({paper[o]}) | '
+                 + ' | '.join(cells) + ' |')
+  if beside and any(mark(o) for o in compared):
+    lines += ['', f"† from the study in `{beside['dir']}`, run with the same settings, data and "
+              'pretraining FLOPs.']
   return lines
 
 

@@ -15,7 +15,9 @@ so running the command again resumes where it stopped):
             with the recipe's layer-wise decay and with none (DIR/finetune/<start>-<task>).
 --objectives picks what is pretrained (electra,mlm by default; the paper's Table 5 ablations
 electra_15, replace_mlm and all_tokens_mlm too), each at the FLOPs of ELECTRA's run;
---no-random_init leaves out the random-init starts.
+--no-random_init leaves out the random-init starts. --beside=DIR puts the objectives of the study
+in DIR (run with the same settings, checked before anything runs) into this one's comparison
+with the paper's Table 5.
 --jobs runs that many parts at once, each pinned to its own share of the CPU cores: the
 pretraining runs first, and each fine-tuning run (the longest first) as soon as a share is free
 and its encoder has finished pretraining, so a core that one pretraining run leaves is not idle
@@ -89,6 +91,10 @@ def parse_args(argv=None):
   parser.add_argument('--random_init', action=argparse.BooleanOptionalAction, default=True,
                       help='also fine-tune from random initialisation (--no-random_init to skip, '
                       'e.g. when another --out has those runs)')
+  parser.add_argument('--beside', default='',
+                      help="another study's --out, run with the same settings (e.g. the "
+                      "ELECTRA and MLM study beside the ablations'): its objectives join this "
+                      "study's comparison with the paper's Table 5")
   parser.add_argument('--parts', default='pretrain,finetune',
                       help='comma-separated: pretrain, finetune (the report is always written)')
   args = parser.parse_args(argv)
@@ -428,6 +434,10 @@ def run_study(args, state: dict) -> dict:
   print('plan: ' + ', '.join(
       f"{transfer_report.LABELS[o]} {plan[o]['steps']:,} steps x "
       f"{plan[o]['flops_per_step']:.3g} FLOPs" for o in args.objectives), flush=True)
+  if args.beside:  # before anything runs: a study whose scores could not be compared is wasted
+    transfer_report.read_beside(
+        args.beside, vars(args), plan['electra']['steps'] * plan['electra']['flops_per_step'],
+        held_out_split(args.corpus, args.held_out)[1])
   parts = {}
   if 'pretrain' in args.parts:
     prepare_data(args, state, data_dir)

@@ -174,6 +174,48 @@ def check_results(out):
     assert pixels.ndim == 3 and pixels.shape[0] > 100 and pixels.std() > 0  # not a blank image
 
 
+def test_a_study_beside_joins_the_table5_comparison_only_with_the_same_settings(tmp_path):
+  """--beside: the committed ELECTRA/MLM study sits beside an ablation study with the default
+  settings; another seed list, held-out draw or pretraining budget is refused by name."""
+  study, report = load_study(), load_report()
+  committed = REPO / 'docs' / 'transfer_study'
+  args = study.parse_args([f'--out={tmp_path}', '--objectives=electra_15', '--no-random_init',
+                           f'--beside={committed}', f'--config={REPO / "configs" / "mini.py"}'])
+  plan = study.plan_pretraining(args, str(tmp_path / 'data'))
+  budget = plan['electra']['steps'] * plan['electra']['flops_per_step']
+  held_out = study.held_out_split(args.corpus, args.held_out)[1]
+  other = report.read_beside(str(committed), vars(args), budget, held_out)
+  assert set(other['plan']) == {'electra', 'mlm'}
+
+  for changed, expected in [({'seeds': '0,1'}, "seeds '0,1,2' \\(here '0,1'\\)"),
+                            ({'held_out': 3}, 'held_out 2 \\(here 3\\)')]:
+    with pytest.raises(study.UsageError, match=expected):
+      report.read_beside(str(committed), {**vars(args), **changed}, budget, held_out)
+  with pytest.raises(study.UsageError, match='the held-out files'):
+    report.read_beside(str(committed), vars(args), budget, held_out[:-1] + ['enwiki/x.txt'])
+  half = r'ELECTRA pretrained at 7\.931e\+13 FLOPs \(here 3\.966e\+13\)'
+  with pytest.raises(study.UsageError, match=half):
+    report.read_beside(str(committed), vars(args), budget / 2, held_out)
+  # From the command line: refused before anything runs.
+  result = subprocess.run([sys.executable, str(STUDY), f'--out={tmp_path / "out"}',
+                           f'--beside={tmp_path}', '--objectives=electra_15'],
+                          capture_output=True, text=True, cwd=REPO)
+  assert result.returncode != 0 and not (tmp_path / 'out' / 'data').exists()
+  assert result.stderr.strip().splitlines()[-1] == (
+      f'transfer_study: error: --beside={tmp_path}: no results.json there; give the --out of '
+      'a study that has run')
+
+  # The ablation's median ranks among the committed study's, marked as coming from beside.
+  beside = {'dir': 'DIR', 'finetuning': {o: other['finetuning'][o] for o in ('electra', 'mlm')}}
+  ablation = {'SST-2': summary([0.70, 0.71, 0.72]), 'MRPC': summary([0.80, 0.80, 0.80])}
+  lines = report.table5({'electra_15': ablation}, ['electra_15'], beside)
+  rows = {line.split(' | ')[0]: line for line in lines if line.startswith('| ')}
+  assert rows['| ELECTRA †'] == '| ELECTRA † | 85.0 (1) | 77.9 (1) | 66.4 (3) |'
+  assert rows['| MLM †'] == '| MLM † | 82.2 (3) | 77.1 (2) | 66.9 (2) |'
+  assert rows['| ELECTRA 15%'] == '| ELECTRA 15% | 82.4 (2) | 71.0 (3) | 80.0 (1) |'
+  assert lines[-1].startswith('† from the study in `DIR`')
+
+
 def test_a_part_starts_as_soon_as_what_it_needs_has_ended():
   """--jobs=2: the fine-tuning of the run that finished first goes on the core it left while
   the other run still pretrains; a failure starts nothing that needs it and is raised."""
