@@ -18,6 +18,9 @@ run the same way) and `mlm_head`, the generator's head type; no generator.
 `Electra`'s generator with `MaskedLM`'s discriminator-sized MLM (and, for All-Tokens MLM, a
 copy head) in place of the replaced-token detector.
 
+`Electric` (objective 'electric') is the energy-based cloze model's pair, and `Discriminator`
+(generator_kind='unigram') is ELECTRA's discriminator alone, under `Electra`'s parameter names.
+
 The building blocks (embeddings, attention, the encoder, the heads) are core/layers.py's.
 """
 
