@@ -141,6 +141,12 @@ def save_state(out: str, state: dict):
     os.replace(path + '.tmp', path)
 
 
+def say(line: str):
+  """One console line, whole: parts running at once print from their own threads."""
+  sys.stdout.write(line + '\n')
+  sys.stdout.flush()
+
+
 def run_part(out: str, state: dict, name: str, command: list[str], what: str,
              cores: set[int] | None = None, unfinished=lambda: None):
   """Runs `command` (on `cores`, if given) with its output in DIR/logs/<name>.log; records it
@@ -151,7 +157,7 @@ def run_part(out: str, state: dict, name: str, command: list[str], what: str,
   log_path = os.path.join(out, 'logs', f'{name}.log')
   os.makedirs(os.path.dirname(log_path), exist_ok=True)
   on = f', cores {",".join(map(str, sorted(cores)))}' if cores else ''
-  print(f'{name}: running {what}{on} (log: {log_path})', flush=True)
+  say(f'{name}: running {what}{on} (log: {log_path})')
   with _STATE_LOCK:
     record = state.setdefault(name, {'seconds': 0.0})
   _RAN_A_PART.set()
@@ -174,7 +180,7 @@ def run_part(out: str, state: dict, name: str, command: list[str], what: str,
     sys.exit(f'{name}: {problem}; see {log_path}')
   record['command'] = command
   save_state(out, state)
-  print(f'{name}: done in {format_duration(record["seconds"])}', flush=True)
+  say(f'{name}: done in {format_duration(record["seconds"])}')
 
 
 def child_env(out: str) -> dict[str, str]:
@@ -231,7 +237,7 @@ def run_all(parts: dict, jobs: int):
 
 def skip(state: dict, name: str, note: str = ''):
   seconds = state[name]['seconds']
-  print(f'{name}: finished before ({format_duration(seconds)}{note}), skipped', flush=True)
+  say(f'{name}: finished before ({format_duration(seconds)}{note}), skipped')
 
 
 # ---------------------------------------------------------------- the plan
