@@ -30,14 +30,10 @@ something), which with --jobs > 1 is less than the parts' sum.
 """
 
 import argparse
-import concurrent.futures
 import glob
-import json
 import os
 import random
-import subprocess
 import sys
-import threading
 import time
 
 from absl import flags
@@ -45,11 +41,11 @@ import ml_collections
 from ml_collections import config_flags
 
 import finetune_glue
+import study_parts
 import transfer_report
 from electra_jax.core import config as config_lib, flops
 from electra_jax.data import store
 from electra_jax.core.errors import UsageError
-from electra_jax.training.report import format_duration
 
 REPO = finetune_glue.REPO
 SHARED = os.path.join(os.path.dirname(REPO), 'shared', 'data')
@@ -99,7 +95,7 @@ def parse_args(argv=None):
                       help='comma-separated: pretrain, finetune (the report is always written)')
   args = parser.parse_args(argv)
   args.parts = [p for p in args.parts.split(',') if p]
-  args.jobs = args.jobs or min(len(usable_cores()), 8)
+  args.jobs = args.jobs or min(len(study_parts.usable_cores()), 8)
   unknown = set(args.parts) - {'pretrain', 'finetune'}
   if unknown:
     raise UsageError(f"--parts={','.join(args.parts)}: unknown {', '.join(sorted(unknown))}; "
@@ -116,128 +112,6 @@ def parse_args(argv=None):
 def starts(args) -> list[str]:
   """What is fine-tuned: each pretrained objective, then random init's settings."""
   return args.objectives + (list(RANDOM_DECAY) if args.random_init else [])
-
-
-# ---------------------------------------------------------------- state: what has finished
-
-
-def load_state(out: str) -> dict:
-  path = os.path.join(out, 'state.json')
-  if not os.path.exists(path):
-    return {}
-  with open(path) as f:
-    return json.load(f)
-
-
-_STATE_LOCK = threading.Lock()  # parts running at once record into one state
-_RAN_A_PART = threading.Event()  # this invocation's wall time counts toward the study's
-
-
-def save_state(out: str, state: dict):
-  path = os.path.join(out, 'state.json')
-  with _STATE_LOCK:
-    with open(path + '.tmp', 'w') as f:
-      json.dump(state, f, indent=2)
-    os.replace(path + '.tmp', path)
-
-
-def say(line: str):
-  """One console line, whole: parts running at once print from their own threads."""
-  sys.stdout.write(line + '\n')
-  sys.stdout.flush()
-
-
-def run_part(out: str, state: dict, name: str, command: list[str], what: str,
-             cores: set[int] | None = None, unfinished=lambda: None):
-  """Runs `command` (on `cores`, if given) with its output in DIR/logs/<name>.log; records it
-  in state when it ends well: with exit status 0, and `unfinished()` has nothing to say.
-
-  The wall time of every attempt is added up, an interrupted one included.
-  """
-  log_path = os.path.join(out, 'logs', f'{name}.log')
-  os.makedirs(os.path.dirname(log_path), exist_ok=True)
-  on = f', cores {",".join(map(str, sorted(cores)))}' if cores else ''
-  say(f'{name}: running {what}{on} (log: {log_path})')
-  with _STATE_LOCK:
-    record = state.setdefault(name, {'seconds': 0.0})
-  _RAN_A_PART.set()
-  started = time.perf_counter()
-  pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
-  try:
-    with open(log_path, 'a') as log:
-      log.write('$ ' + ' '.join(command) + '\n')
-      log.flush()
-      returncode = subprocess.run(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                                  env=child_env(out), preexec_fn=pin).returncode
-  finally:
-    record['seconds'] = round(record['seconds'] + time.perf_counter() - started, 1)
-    save_state(out, state)
-  if returncode:
-    with open(log_path) as f:
-      tail = ''.join(f.readlines()[-15:])
-    sys.exit(f'{tail}\n{name}: failed (exit {returncode}); the whole log is {log_path}')
-  if problem := unfinished():
-    sys.exit(f'{name}: {problem}; see {log_path}')
-  record['command'] = command
-  save_state(out, state)
-  say(f'{name}: done in {format_duration(record["seconds"])}')
-
-
-def child_env(out: str) -> dict[str, str]:
-  """The environment of every part, with a compilation cache they share.
-
-  Fine-tuning runs that differ only in where the encoder starts compile the same programs; the
-  cache (JAX's persistent one, keyed by the program) lets all but the first skip compiling.
-  """
-  return {'JAX_COMPILATION_CACHE_DIR': os.path.join(out, 'jax_cache'), **os.environ}
-
-
-def usable_cores() -> list[int]:
-  if hasattr(os, 'sched_getaffinity'):
-    return sorted(os.sched_getaffinity(0))
-  return list(range(os.cpu_count() or 1))
-
-
-def run_all(parts: dict, jobs: int):
-  """Runs parts, {name: (part, names of the parts it needs)}, `jobs` at a time.
-
-  Each part(cores) gets its own share of the cores: two programs on the same cores slow each
-  other more than they gain, while pinned each runs at the speed of its share. A part starts
-  once everything it needs has ended well, the first such in the order given. The first failure
-  stops what has not started and is raised when the running parts have ended.
-  """
-  cores = usable_cores()
-  if not hasattr(os, 'sched_setaffinity'):
-    jobs = 1  # nothing to pin with: one part at a time, on every core
-  jobs = max(1, min(jobs, len(parts), len(cores)))
-  shares = [set(cores[i::jobs]) for i in range(jobs)] if jobs > 1 else [None]
-  pending, done, running, failure = list(parts), set(), {}, None
-  with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-    while running or (pending and failure is None):
-      ready = [name for name in pending if set(parts[name][1]) <= done]
-      while shares and ready and failure is None:
-        name = ready.pop(0)
-        pending.remove(name)
-        share = shares.pop(0)
-        running[pool.submit(parts[name][0], share)] = name, share
-      if not running:  # what is left needs a part that is not in the study
-        raise ValueError(f'parts {pending} need parts that never run: '
-                         f'{sorted(set().union(*(parts[n][1] for n in pending)) - set(parts))}')
-      ended, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
-      for future in ended:
-        name, share = running.pop(future)
-        shares.append(share)
-        if future.exception() is None:
-          done.add(name)
-        elif failure is None:
-          failure = future.exception()
-  if failure is not None:
-    raise failure
-
-
-def skip(state: dict, name: str, note: str = ''):
-  seconds = state[name]['seconds']
-  say(f'{name}: finished before ({format_duration(seconds)}{note}), skipped')
 
 
 # ---------------------------------------------------------------- the plan
@@ -317,9 +191,9 @@ def prepare_data(args, state: dict, data_dir: str):
   finished = all(os.path.exists(os.path.join(data_dir, split, store.MANIFEST))
                  for split in ('train', 'eval'))
   if finished and state.get('data', {}).get('command') == command:
-    skip(state, 'data')
+    study_parts.skip(state, 'data')
   else:
-    run_part(args.out, state, 'data', command,
+    study_parts.run_part(args.out, state, 'data', command,
              f'{len(train)} training and {len(evaluation)} evaluation files')
   state['data']['held_out'] = evaluation
   state['data']['train_files'] = len(train)
@@ -352,7 +226,7 @@ def pretrain(args, state: dict, objective: str, run: dict, cores: set[int] | Non
                      'steps asked for; use another --out')
   if steps and steps[-1] == run['steps'] and recorded:
     check_flops(workdir, run)
-    skip(state, name, f', {run["steps"]:,} steps')
+    study_parts.skip(state, name, f', {run["steps"]:,} steps')
     return
   resuming = f' from step {steps[-1]}' if steps else ''
 
@@ -362,7 +236,7 @@ def pretrain(args, state: dict, objective: str, run: dict, cores: set[int] | Non
       return (f'main stopped at step {last[0] if last else 0}, before the planned '
               f'{run["steps"]:,} (preempted?); run the study again to resume from there')
 
-  run_part(args.out, state, name, command,
+  study_parts.run_part(args.out, state, name, command,
            f'{objective} for {run["steps"]:,} steps{resuming}, '
            f'{run["steps"] * run["flops_per_step"]:.3g} FLOPs', cores, unfinished)
   check_flops(workdir, run)
@@ -407,28 +281,29 @@ def fine_tune(args, state: dict, plan: dict, start: str, task: str,
   record = state.get(name, {})
   if (os.path.exists(os.path.join(out, 'results.json')) and record.get('command') == command
       and record.get('pretrained_step') == step):
-    skip(state, name)
+    study_parts.skip(state, name)
     return
-  with _STATE_LOCK:
+  with study_parts.STATE_LOCK:
     state.pop(name, None)  # a stale run's time is not this run's
-  run_part(args.out, state, name, command, f'{task} from {start}, seeds {args.seeds}', cores)
+  study_parts.run_part(args.out, state, name, command,
+                       f'{task} from {start}, seeds {args.seeds}', cores)
   state[name]['pretrained_step'] = step
-  save_state(args.out, state)
+  study_parts.save_state(args.out, state)
 
 
 def main(argv=None):
   args = parse_args(argv)
   args.out = os.path.abspath(args.out)
   os.makedirs(args.out, exist_ok=True)
-  state = load_state(args.out)
+  state = study_parts.load_state(args.out)
   started = time.perf_counter()
   try:
     plan = run_study(args, state)
   finally:  # the study's wall time counts invocations that ran a part, an interrupted one too
-    if _RAN_A_PART.is_set():
+    if study_parts.RAN_A_PART.is_set():
       study = state.setdefault('study', {'seconds': 0.0})
       study['seconds'] = round(study['seconds'] + time.perf_counter() - started, 1)
-    save_state(args.out, state)
+    study_parts.save_state(args.out, state)
   written = transfer_report.write_report(args.out, plan, state, vars(args))
   print(f'report: {", ".join(written)}', flush=True)
 
@@ -455,7 +330,7 @@ def run_study(args, state: dict) -> dict:
         needs = (f'pretrain_{s}',) if f'pretrain_{s}' in parts else ()
         parts[f'finetune_{s}_{t}'] = (
             lambda cores, s=s, t=t: fine_tune(args, state, plan, s, t, cores)), needs
-  run_all(parts, args.jobs)
+  study_parts.run_all(parts, args.jobs)
   return plan
 
 

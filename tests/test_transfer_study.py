@@ -219,7 +219,7 @@ def test_a_study_beside_joins_the_table5_comparison_only_with_the_same_settings(
 def test_a_part_starts_as_soon_as_what_it_needs_has_ended():
   """--jobs=2: the fine-tuning of the run that finished first goes on the core it left while
   the other run still pretrains; a failure starts nothing that needs it and is raised."""
-  study = load_study()
+  study = load_study().study_parts
   if len(study.usable_cores()) < 2:
     pytest.skip('needs two cores to pin two parts')
   started, log = {n: threading.Event() for n in 'abcd'}, []
@@ -262,7 +262,7 @@ def test_a_part_starts_as_soon_as_what_it_needs_has_ended():
 def test_a_part_that_ends_well_but_unfinished_is_not_recorded_as_done(tmp_path, capsys):
   """main exits 0 when preempted (it saved where it stopped): the study must not count that
   pretraining as finished."""
-  study = load_study()
+  study = load_study().study_parts
   state, command = {}, [sys.executable, '-c', 'pass']
   stopped = r'pretrain_x: main stopped at step 7, before the planned 9; see .*/pretrain_x\.log'
   with pytest.raises(SystemExit, match=stopped):

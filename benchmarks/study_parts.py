@@ -1,0 +1,138 @@
+"""A study's parts: programs run once each, pinned to their share of the cores, resumable.
+
+A part is one command (prepare data, pretrain, fine-tune) with its output in DIR/logs/<part>.log.
+DIR/state.json records each part that ended well, with its command and the wall time of all its
+attempts, so that running a study again skips what has finished. `run_all` runs many parts at
+once, each as soon as the parts it needs have ended well.
+"""
+
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+from finetune_glue import REPO  # where parts run: each is `python -m electra_jax.<program>`
+from electra_jax.training.report import format_duration
+
+
+
+def load_state(out: str) -> dict:
+  path = os.path.join(out, 'state.json')
+  if not os.path.exists(path):
+    return {}
+  with open(path) as f:
+    return json.load(f)
+
+
+STATE_LOCK = threading.Lock()  # parts running at once record into one state
+RAN_A_PART = threading.Event()  # this invocation's wall time counts toward the study's
+
+
+def save_state(out: str, state: dict):
+  path = os.path.join(out, 'state.json')
+  with STATE_LOCK:
+    with open(path + '.tmp', 'w') as f:
+      json.dump(state, f, indent=2)
+    os.replace(path + '.tmp', path)
+
+
+def say(line: str):
+  """One console line, whole: parts running at once print from their own threads."""
+  sys.stdout.write(line + '\n')
+  sys.stdout.flush()
+
+
+def run_part(out: str, state: dict, name: str, command: list[str], what: str,
+             cores: set[int] | None = None, unfinished=lambda: None):
+  """Runs `command` (on `cores`, if given) with its output in DIR/logs/<name>.log; records it
+  in state when it ends well: with exit status 0, and `unfinished()` has nothing to say.
+
+  The wall time of every attempt is added up, an interrupted one included.
+  """
+  log_path = os.path.join(out, 'logs', f'{name}.log')
+  os.makedirs(os.path.dirname(log_path), exist_ok=True)
+  on = f', cores {",".join(map(str, sorted(cores)))}' if cores else ''
+  say(f'{name}: running {what}{on} (log: {log_path})')
+  with STATE_LOCK:
+    record = state.setdefault(name, {'seconds': 0.0})
+  RAN_A_PART.set()
+  started = time.perf_counter()
+  pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
+  try:
+    with open(log_path, 'a') as log:
+      log.write('$ ' + ' '.join(command) + '\n')
+      log.flush()
+      returncode = subprocess.run(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                  env=child_env(out), preexec_fn=pin).returncode
+  finally:
+    record['seconds'] = round(record['seconds'] + time.perf_counter() - started, 1)
+    save_state(out, state)
+  if returncode:
+    with open(log_path) as f:
+      tail = ''.join(f.readlines()[-15:])
+    sys.exit(f'{tail}\n{name}: failed (exit {returncode}); the whole log is {log_path}')
+  if problem := unfinished():
+    sys.exit(f'{name}: {problem}; see {log_path}')
+  record['command'] = command
+  save_state(out, state)
+  say(f'{name}: done in {format_duration(record["seconds"])}')
+
+
+def child_env(out: str) -> dict[str, str]:
+  """The environment of every part, with a compilation cache they share.
+
+  Fine-tuning runs that differ only in where the encoder starts compile the same programs; the
+  cache (JAX's persistent one, keyed by the program) lets all but the first skip compiling.
+  """
+  return {'JAX_COMPILATION_CACHE_DIR': os.path.join(out, 'jax_cache'), **os.environ}
+
+
+def usable_cores() -> list[int]:
+  if hasattr(os, 'sched_getaffinity'):
+    return sorted(os.sched_getaffinity(0))
+  return list(range(os.cpu_count() or 1))
+
+
+def run_all(parts: dict, jobs: int):
+  """Runs parts, {name: (part, names of the parts it needs)}, `jobs` at a time.
+
+  Each part(cores) gets its own share of the cores: two programs on the same cores slow each
+  other more than they gain, while pinned each runs at the speed of its share. A part starts
+  once everything it needs has ended well, the first such in the order given. The first failure
+  stops what has not started and is raised when the running parts have ended.
+  """
+  cores = usable_cores()
+  if not hasattr(os, 'sched_setaffinity'):
+    jobs = 1  # nothing to pin with: one part at a time, on every core
+  jobs = max(1, min(jobs, len(parts), len(cores)))
+  shares = [set(cores[i::jobs]) for i in range(jobs)] if jobs > 1 else [None]
+  pending, done, running, failure = list(parts), set(), {}, None
+  with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+    while running or (pending and failure is None):
+      ready = [name for name in pending if set(parts[name][1]) <= done]
+      while shares and ready and failure is None:
+        name = ready.pop(0)
+        pending.remove(name)
+        share = shares.pop(0)
+        running[pool.submit(parts[name][0], share)] = name, share
+      if not running:  # what is left needs a part that is not in the study
+        raise ValueError(f'parts {pending} need parts that never run: '
+                         f'{sorted(set().union(*(parts[n][1] for n in pending)) - set(parts))}')
+      ended, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+      for future in ended:
+        name, share = running.pop(future)
+        shares.append(share)
+        if future.exception() is None:
+          done.add(name)
+        elif failure is None:
+          failure = future.exception()
+  if failure is not None:
+    raise failure
+
+
+def skip(state: dict, name: str, note: str = ''):
+  seconds = state[name]['seconds']
+  say(f'{name}: finished before ({format_duration(seconds)}{note}), skipped')
