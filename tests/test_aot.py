@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from conftest import REPO, load_config
-from electra_jax.training import aot
+from electra_jax.training import aot, compiled_program
 from electra_jax import benchmark
 
 requires_libtpu = pytest.mark.skipif(
@@ -59,7 +59,7 @@ def test_collectives_are_parsed_from_hlo_text():
       '  %ard = f32[4]{0} all-reduce-done(%ars)',
       '  %add = f32[4]{0} add(%ard, %ard)',
       '}'])
-  found = aot.collectives(hlo)
+  found = compiled_program.collectives(hlo)
   assert [(c['op'], c['elements'], c['bytes']) for c in found] == [
       ('all-reduce', 128 * 64 + 10 + 1, 128 * 64 * 4 + 20 + 4),
       ('all-gather', 32, 128),  # an async pair once, counted by what it gathers

@@ -1,0 +1,118 @@
+"""What a compiled step holds: its memory, XLA's cost analysis and its collectives.
+
+Read from the compiled executable and its partitioned HLO text, so the numbers are XLA's for
+the program that would run, not a model of it (training/aot.py compiles the programs).
+"""
+
+import functools
+import re
+
+import jax
+import jax.numpy as jnp
+
+
+def tree_bytes(tree, per_device: bool = True) -> int:
+  """Bytes of the abstract arrays in `tree` on one device (its shard of each)."""
+  total = 0
+  for leaf in jax.tree.leaves(tree):
+    shape = leaf.sharding.shard_shape(leaf.shape) if per_device else leaf.shape
+    count = 1
+    for n in shape:
+      count *= n
+    total += count * jnp.dtype(leaf.dtype).itemsize
+  return total
+
+
+def memory(compiled, hbm_bytes: int) -> dict:
+  """XLA's memory analysis of one device's program, in bytes.
+
+  Donated inputs alias outputs (the new state is written over the old), so the total counts
+  them once: arguments + outputs - aliased + temporaries + the program itself.
+  """
+  m = compiled.memory_analysis()
+  total = (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+           + m.temp_size_in_bytes + m.generated_code_size_in_bytes)
+  return {'arguments': m.argument_size_in_bytes, 'outputs': m.output_size_in_bytes,
+          'aliased': m.alias_size_in_bytes, 'temporaries': m.temp_size_in_bytes,
+          'program': m.generated_code_size_in_bytes, 'total': total, 'hbm': hbm_bytes,
+          'fits': total <= hbm_bytes}
+
+
+def cost(compiled) -> dict:
+  """XLA's count of one device's FLOPs and HBM bytes accessed per step."""
+  analysis = compiled.cost_analysis()
+  if isinstance(analysis, (list, tuple)):  # older JAX: one dict per program
+    analysis = analysis[0]
+  return {'flops': float(analysis.get('flops', 0.0)),
+          'bytes_accessed': float(analysis.get('bytes accessed', 0.0))}
+
+
+COLLECTIVES = ('all-reduce', 'all-gather', 'reduce-scatter', 'all-to-all', 'collective-permute')
+_DTYPE_BYTES = {'pred': 1, 's8': 1, 'u8': 1, 's16': 2, 'u16': 2, 'f16': 2, 'bf16': 2, 's32': 4,
+                'u32': 4, 'f32': 4, 's64': 8, 'u64': 8, 'f64': 8}
+# `%name = <result shape> <opcode>(operands), ...`; async pairs appear as <op>-start/<op>-done.
+_INSTRUCTION = re.compile(r'^\s*(?:ROOT\s+)?%\S+\s*=\s*(?P<shape>.+?)\s+'
+                          r'(?P<op>' + '|'.join(COLLECTIVES) + r')(?P<suffix>-start|-done)?\(')
+_ARRAY = re.compile(r'\b(' + '|'.join(_DTYPE_BYTES) + r')\[([\d,]*)\]')
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+
+
+def _arrays(shape_text: str) -> list[tuple[str, tuple[int, ...]]]:
+  return [(dtype, tuple(int(n) for n in dims.split(',') if n))
+          for dtype, dims in _ARRAY.findall(shape_text)]
+
+
+def collectives(hlo_text: str) -> list[dict]:
+  """Every collective of a compiled (partitioned) HLO module: op, arrays, bytes, source op.
+
+  An async pair counts once, at its -start. An all-gather-start's or collective-permute-start's
+  result holds its operands and then its results: only the second half is what it moves.
+  """
+  found = []
+  for line in hlo_text.splitlines():
+    match = _INSTRUCTION.match(line)
+    if not match or match['suffix'] == '-done':
+      continue
+    arrays = _arrays(match['shape'])
+    if match['suffix'] == '-start' and match['op'] in ('all-gather', 'collective-permute'):
+      arrays = arrays[len(arrays) // 2:]
+    elements = [functools.reduce(lambda a, b: a * b, dims, 1) for _, dims in arrays]
+    op_name = _OP_NAME.search(line)
+    found.append({'op': match['op'], 'arrays': arrays, 'elements': sum(elements),
+                  'bytes': sum(n * _DTYPE_BYTES[d] for n, (d, _) in zip(elements, arrays)),
+                  'source': op_name[1] if op_name else ''})
+  return found
+
+
+def collective_summary(found: list[dict], params) -> dict:
+  """Counts and bytes per kind of collective, checked against data parallelism's one all-reduce.
+
+  Pure data parallelism all-reduces every gradient once per step: the all-reduced elements come
+  to the parameter count, plus a few scalars (the step's statistics). An all-gather whose result
+  has a parameter's shape would mean parameters (or optimizer state) sharded and re-gathered.
+  What XLA actually emits for ELECTRA is a little more (docs/performance.md, "Compiled for a TPU"):
+  the shared embedding block gets one gradient from the generator and one from the
+  discriminator, and XLA all-reduces the two partial sums separately before adding them.
+  """
+  summary = {}
+  for kind in COLLECTIVES:
+    ops = [c for c in found if c['op'] == kind]
+    if ops:
+      summary[kind] = {'count': len(ops), 'bytes': sum(c['bytes'] for c in ops),
+                       'elements': sum(c['elements'] for c in ops)}
+  param_shapes = {tuple(p.shape) for p in jax.tree.leaves(params)}
+  reduced = [(dtype, dims) for c in found if c['op'] == 'all-reduce' for dtype, dims in c['arrays']]
+  gathers = [c for c in found if c['op'] == 'all-gather']
+  parameters = sum(p.size for p in jax.tree.leaves(params))
+  arrays = sum(functools.reduce(lambda a, b: a * b, dims, 1) for _, dims in reduced if dims)
+  summary['gradient'] = {
+      'parameters': parameters,
+      # Arrays (not scalars: those are the step's statistics) all-reduced per step, in elements.
+      'all_reduced_array_elements': arrays,
+      'all_reduced_scalars': sum(1 for _, dims in reduced if not dims),
+      'all_reduced_over_parameters': arrays / parameters if parameters else None,
+      'all_gathers_of_parameter_shape': sum(
+          1 for c in gathers for _, dims in c['arrays'] if dims in param_shapes),
+      'all_gather_sources': sorted({c['source'] for c in gathers}),
+  }
+  return summary
