@@ -140,15 +140,34 @@ def test_correct_sample_is_labelled_original():
   np.testing.assert_array_equal(labels, [[0, 0, 1, 0, 0, 0, 0, 0]])
 
 
-def test_sampling_follows_softmax_with_temperature():
-  logits = jnp.log(jnp.array([[0.1, 0.2, 0.3, 0.4]]))
+def chi_square_z(counts, probs):
+  """How many standard deviations Pearson's chi-square of `counts` lies above its mean under
+  `probs` (entries with probability 0 must have no count: any count there is infinitely far)."""
+  counts, probs = np.asarray(counts, np.float64), np.asarray(probs, np.float64)
+  if np.any(counts[probs == 0]):
+    return np.inf
+  seen = probs > 0
+  expected = probs[seen] * counts.sum()
+  chi2, df = np.sum((counts[seen] - expected) ** 2 / expected), seen.sum() - 1
+  return (chi2 - df) / np.sqrt(2 * df)
+
+
+@pytest.mark.parametrize('sampler', masking.SAMPLERS)
+def test_sampling_follows_softmax_with_temperature(sampler):
+  """Both samplers draw softmax(logits / T) over a skewed 64-entry vocabulary with an entry of
+  probability 0 (a -inf logit), [B, P] slots at a time, one key per sequence."""
+  logits = jnp.asarray(np.random.default_rng(0).normal(0, 2, 64), jnp.float32).at[5].set(-jnp.inf)
+  draw = jax.jit(lambda keys, logits, t: masking.sample_replacements(keys, logits, t, sampler),
+                 static_argnums=2)
   for temperature in (1.0, 0.5):
-    keys = jax.random.split(jax.random.PRNGKey(0), 40_000)
-    draws = jax.vmap(lambda k: masking.sample_replacements(k[None], logits[None], temperature))(
-        keys)
-    freq = np.bincount(np.asarray(draws).ravel(), minlength=4) / draws.size
-    expected = np.asarray(jax.nn.softmax(logits / temperature))[0]
-    np.testing.assert_allclose(freq, expected, atol=0.01)
+    keys = jax.random.split(jax.random.PRNGKey(1), 2_000)
+    draws = np.asarray(draw(keys, jnp.broadcast_to(logits, (2_000, 50, 64)), temperature))
+    counts = np.bincount(draws.ravel(), minlength=64)
+    probs = np.asarray(jax.nn.softmax(logits.astype(jnp.float64) / temperature))
+    assert counts[5] == 0
+    assert abs(chi_square_z(counts, probs)) < 5, (sampler, temperature)
+    # The check has the power to see a sampler that is one entry off.
+    assert chi_square_z(counts, np.roll(probs, 1)) > 100
 
 
 @pytest.fixture(scope='module')
@@ -160,6 +179,24 @@ def tiny_model():
   ids = packed_like_sequences(np.random.default_rng(1), 8, 32, vocab=200)
   batch = {'input_ids': jnp.asarray(ids), 'segment_ids': jnp.zeros_like(jnp.asarray(ids))}
   return config, model, params, batch
+
+
+def test_the_sampler_changes_the_draws_not_the_generator(tiny_model):
+  """config.sampler='inverse_cdf' through the ELECTRA loss: the generator's loss (computed
+  before sampling) is the same, the samples are other draws of it, and as often replaced."""
+  config, model, params, batch = tiny_model
+  stats = {}
+  for sampler in masking.SAMPLERS:
+    run = config.copy_and_resolve_references()
+    run.sampler = sampler
+    _, stats[sampler] = jax.jit(lambda p: objective.loss(model.apply, p, batch,
+                                                         jax.random.PRNGKey(3), run))(params)
+  categorical, inverse_cdf = stats['categorical'], stats['inverse_cdf']
+  assert float(categorical['mlm_loss']) == float(inverse_cdf['mlm_loss'])
+  assert float(categorical['disc_loss']) != float(inverse_cdf['disc_loss'])
+  # An untrained generator over 200 tokens replaces nearly every selected token either way.
+  assert float(inverse_cdf['replaced_count']) == pytest.approx(
+      float(categorical['replaced_count']), rel=0.1)
 
 
 def test_rtd_gradient_never_reaches_the_generator(tiny_model):

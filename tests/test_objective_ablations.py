@@ -34,8 +34,9 @@ TOLERANCE = dict(rtol=1e-6, atol=1e-6)  # float32 objective vs float64 formula
 
 
 def config_for(name):
-  return ml_collections.ConfigDict(dict(objective=name, temperature=1.0, gen_weight=0.7,
-                                        disc_weight=50.0, copy_weight=0.5, mask_prob=0.15))
+  return ml_collections.ConfigDict(dict(objective=name, temperature=1.0, sampler='categorical',
+                                        gen_weight=0.7, disc_weight=50.0, copy_weight=0.5,
+                                        mask_prob=0.15))
 
 
 def fixed_batch():

@@ -14,6 +14,7 @@ import ml_collections
 
 from electra_jax.training import nonfinite
 from electra_jax import objective
+from electra_jax.objective import masking
 from electra_jax.core import storage
 from electra_jax.core.errors import UsageError
 from electra_jax.core import model as model_lib
@@ -65,6 +66,11 @@ def default_config() -> ml_collections.ConfigDict:
   c.mask_prob = 0.15           # share of tokens to predict (0.25 for large)
   # Every objective with a generator (all but 'mlm').
   c.temperature = 1.0          # replacements are sampled from softmax(logits / temperature)
+  # How they are drawn: 'categorical' (jax.random.categorical: Gumbel noise on every vocabulary
+  # entry, then an argmax) or 'inverse_cdf' (one uniform per slot looked up in the cumulative
+  # softmax: the same distribution from ~1/V of the random numbers, other draws; ~7% faster
+  # step on a CPU, docs/performance.md). See objective/masking.sample_replacements.
+  c.sampler = 'categorical'
   c.gen_weight = 1.0           # loss = gen_weight * MLM + disc_weight * RTD
   c.disc_weight = 50.0         # ELECTRA and electra_15 (the MLM ablations weigh their MLM 1.0)
   c.copy_weight = 1.0          # all_tokens_mlm: weight of the copy probability's own loss
@@ -263,6 +269,8 @@ def validate(config: ml_collections.ConfigDict, num_devices: int):
                        f'num_train_steps={config.num_train_steps}, so that both stages run')
   if config.dtype not in ('float32', 'bfloat16'):
     raise UsageError(f"config.dtype={config.dtype!r}: use 'float32' or 'bfloat16'")
+  if config.get('sampler', 'categorical') not in masking.SAMPLERS:
+    raise UsageError(f'config.sampler={config.sampler!r}: use one of {", ".join(masking.SAMPLERS)}')
   if config.get('rng_impl', 'threefry2x32') not in RNG_IMPLEMENTATIONS:
     raise UsageError(f'config.rng_impl={config.rng_impl!r}: use one of '
                      f"{', '.join(RNG_IMPLEMENTATIONS)}")

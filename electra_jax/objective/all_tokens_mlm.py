@@ -69,7 +69,7 @@ def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng,
   variables, input_ids = {'params': params}, batch['input_ids']
   input_mask = (input_ids != special.pad).astype(jnp.float32)
   gen_logits, sampled, fake_ids, replaced = replace_mlm.generate_and_replace(
-      apply_fn, variables, batch, prepared, gen_rng, config.temperature, train)
+      apply_fn, variables, batch, prepared, gen_rng, config, train)
   every_position = jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape)
   logits, copy_logits = apply_fn(variables, fake_ids, batch['segment_ids'], every_position,
                                  not train, method='predict', rngs={'dropout': disc_rng})

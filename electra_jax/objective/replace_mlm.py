@@ -31,13 +31,14 @@ prepare = electra.prepare  # the same masking and sampling keys
 
 
 def generate_and_replace(apply_fn, variables, batch, prepared: Prepared, gen_rng,
-                         temperature: float, train: bool):
+                         config: ml_collections.ConfigDict, train: bool):
   """ELECTRA's steps 4-6: the generator's logits at the selected positions, the samples, and
   the original sequence with them written in, with 1.0 where that changed the token."""
   masked = prepared.masked
   gen_logits = apply_fn(variables, masked.input_ids, batch['segment_ids'], masked.positions,
                         not train, method='generate', rngs={'dropout': gen_rng})
-  sampled = masking.sample_replacements(prepared.sample_keys, gen_logits, temperature)
+  sampled = masking.sample_replacements(prepared.sample_keys, gen_logits, config.temperature,
+                                       config.sampler)
   fake_ids, replaced = masking.replace_and_label(batch['input_ids'], masked, sampled)
   return gen_logits, sampled, fake_ids, replaced
 
@@ -66,7 +67,7 @@ def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng,
   masked, variables = prepared.masked, {'params': params}
   input_mask = (batch['input_ids'] != special.pad).astype(jnp.float32)
   gen_logits, sampled, fake_ids, replaced = generate_and_replace(
-      apply_fn, variables, batch, prepared, gen_rng, config.temperature, train)
+      apply_fn, variables, batch, prepared, gen_rng, config, train)
   logits, _ = apply_fn(variables, fake_ids, batch['segment_ids'], masked.positions, not train,
                        method='predict', rngs={'dropout': disc_rng})
   disc_mlm_loss = mlm.cross_entropy(logits, masked, prepared.mlm_count)
