@@ -18,6 +18,7 @@ import pytest
 
 from conftest import load_config
 from electra_jax.core import cli
+from electra_jax.core.errors import UsageError
 from electra_jax.data import prepared_dir
 from electra_jax.training import train
 
@@ -178,3 +179,17 @@ def test_fine_tuning_starts_from_each_switchs_discriminator(switch_run):
   for part in init.ENCODER:
     for ours, theirs in zip(jax.tree.leaves(params[part]), jax.tree.leaves(reads[part])):
       np.testing.assert_array_equal(ours, theirs)
+
+  # config.init_step: an earlier checkpoint the run kept, or one clear error.
+  config.init_step = 12
+  earlier = init.load_start(config)
+  assert earlier.description.endswith('(step 12)')
+  reads = model_lib.discriminator_view(exporting.load_run(str(workdir), 12).params)
+  for part in init.ENCODER:
+    for ours, theirs in zip(jax.tree.leaves(earlier.params[part]), jax.tree.leaves(reads[part])):
+      np.testing.assert_array_equal(ours, theirs)
+  assert not np.array_equal(jax.tree.leaves(earlier.params['embeddings'])[0],
+                            jax.tree.leaves(start.params['embeddings'])[0])
+  config.init_step = 13
+  with pytest.raises(UsageError, match=r'no checkpoint of step 13; it has steps 12, .*30'):
+    init.load_start(config)

@@ -412,6 +412,9 @@ def test_hugging_face_directory_fine_tunes_from_the_command_line(files, tmp_path
   assert 'SST-2: SST-2 accuracy' in result.stdout and '(median of 2 seed(s))' in result.stdout
   summary = json.loads((out / 'results.json').read_text())
   assert summary['init'].startswith('Hugging Face') and summary['budget']['steps'] == 9
+  config = finetune_config(task='SST-2', init_from=str(hf_dir), init_step=5)
+  with pytest.raises(UsageError, match='init_step=5 picks a checkpoint of a pretraining run'):
+    init.load_start(config)
 
   table = cli('electra_jax.finetune_summary', out, tmp_path / 'missing')
   assert table.returncode != 0 and 'holds no results.json' in table.stderr

@@ -20,6 +20,9 @@ def get_config():
   # A pretraining run's workdir (its latest checkpoint), a Hugging Face ELECTRA directory
   # (ElectraForPreTraining), or '' for random initialisation from `model` and `vocab` below.
   c.init_from = ''
+  # With init_from a pretraining run: the checkpoint of this step (one the run kept), so that
+  # any point of a run can be fine-tuned; 0 = the latest.
+  c.init_step = 0
   c.seeds = '0'                # comma-separated seeds; each is reported, and the median
   c.size = 'auto'              # 'small', 'base' or 'large' recipe; 'auto' = from hidden_size
 

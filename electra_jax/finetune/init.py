@@ -38,8 +38,8 @@ def is_run(path: str) -> bool:
   return os.path.isdir(os.path.join(path, 'checkpoints'))
 
 
-def from_run(workdir: str) -> Start:
-  run = exporting.load_run(workdir)  # checks the checkpoint against the run's own config
+def from_run(workdir: str, step: int | None = None) -> Start:
+  run = exporting.load_run(workdir, step)  # checks the checkpoint against the run's own config
   params = {name: pretrain_model.discriminator_view(run.params)[name] for name in ENCODER}
   return Start(run.config.model, run.vocab, params,
                f'pretraining run {workdir} (step {run.step})')
@@ -83,7 +83,14 @@ def load_start(config: ml_collections.ConfigDict) -> Start:
   if not os.path.isdir(path):
     raise UsageError(f"config.init_from '{path}' is not a directory; pass a pretraining run's "
                      'workdir, a Hugging Face ELECTRA directory, or \'\' for random init')
-  return from_run(path) if is_run(path) else from_hf(path, config.vocab)
+  step = config.get('init_step', 0)
+  if not is_run(path):
+    if step:
+      raise UsageError(f"config.init_step={step} picks a checkpoint of a pretraining run, but "
+                       f"'{path}' is a Hugging Face directory, which holds one set of weights; "
+                       'leave init_step at 0')
+    return from_hf(path, config.vocab)
+  return from_run(path, step or None)
 
 
 def check_fits(pretrained: dict[str, Any], wanted: dict[str, Any], description: str):
