@@ -38,6 +38,7 @@ def start_processes():
     if _NUM_PROCESSES.value is None or _PROCESS_ID.value is None:
       cli.fail('--coordinator_address needs --num_processes and --process_id')
     jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+    connect_all_devices()
   elif on_tpu_vm():
     try:
       jax.distributed.initialize()  # every worker of a pod slice runs the same command
@@ -45,6 +46,28 @@ def start_processes():
       # A single-host TPU runtime (e.g. Colab's) may have no cluster to join; on a pod slice
       # this succeeds, and a failure there would show as fewer devices than the slice has.
       logging.warning('running as a single process: jax.distributed.initialize() failed (%s)', e)
+
+
+def connect_all_devices():
+  """One collective over all devices, which the train step's collectives then reuse.
+
+  CPU collectives (gloo) connect a group of devices at its first collective, and give up if one
+  process arrives more than 30 s after another: a fixed key-value timeout that no XLA flag
+  changes. Processes compile the train step at their own speeds and, on a busy host, finish far
+  apart. initialize() has just released them together, so the group connects now; later
+  collectives over it wait as long as they must. (multihost_utils.sync_global_devices is no
+  substitute: it gathers across processes only, a group of its own.)
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from electra_jax.training import train  # pylint: disable=g-import-not-at-top
+  mesh = train.make_mesh()
+  spread = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec('data'))
+  ones = jax.make_array_from_process_local_data(
+      spread, np.ones(jax.local_device_count(), np.float32))
+  summed = jax.jit(lambda x: x.sum(),
+                   out_shardings=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+  jax.block_until_ready(summed(ones))
 
 
 def main(argv):

@@ -308,3 +308,37 @@ def test_two_processes_train_like_one_with_the_same_devices(tmp_path, wikitext):
     for key in LOSS_KEYS:
       assert distributed[step][key] == pytest.approx(reference[step][key], rel=1e-5), (step, key)
   assert sorted(p.name for p in (two / 'checkpoints').iterdir()) == ['20']
+
+
+SKEWED_COLLECTIVE = """
+import sys, time
+from absl import flags
+from electra_jax import main
+flags.FLAGS(['main', '--config=configs/tiny.py', '--workdir=unused', *sys.argv[1:]])
+main.start_processes()
+import jax, jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+mesh = jax.make_mesh((jax.device_count(),), ('data',))
+local = jnp.ones((jax.local_device_count(),))
+x = jax.make_array_from_process_local_data(NamedSharding(mesh, P('data')), local)
+total = jax.jit(jnp.sum, out_shardings=NamedSharding(mesh, P()))
+if jax.process_index() == 1:
+  time.sleep(40)  # as if its compile had taken 40 s longer
+print('sum', float(total(x)))
+"""
+
+
+@pytest.mark.slow
+def test_processes_that_reach_the_first_step_40_s_apart_still_train():
+  """start_processes leaves the CPU collectives set up, so a first collective that one process
+  reaches 40 s after the other waits for it instead of failing at gloo's fixed 30 s."""
+  port = free_port()
+  workers = [subprocess.Popen(
+      [sys.executable, '-c', SKEWED_COLLECTIVE, f'--coordinator_address=localhost:{port}',
+       '--num_processes=2', f'--process_id={i}'],
+      env={**env(), 'JAX_NUM_CPU_DEVICES': '2'}, cwd=REPO, stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, text=True) for i in range(2)]
+  for worker in workers:
+    stdout, stderr = worker.communicate(timeout=300)
+    assert worker.returncode == 0, stderr[-3000:]
+    assert 'sum 4.0' in stdout
