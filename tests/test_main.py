@@ -284,18 +284,24 @@ def free_port():
     return s.getsockname()[1]
 
 
+def two_processes(command_of, stdout):
+  """Two local processes, two CPU devices each, joined at a free port: command_of(*flags)
+  is process i's command given the flags that join it."""
+  port = free_port()
+  return [subprocess.Popen(
+      command_of(f'--coordinator_address=localhost:{port}', '--num_processes=2',
+                 f'--process_id={i}'),
+      env={**env(), 'JAX_NUM_CPU_DEVICES': '2'}, cwd=REPO, stdout=stdout,
+      stderr=subprocess.PIPE, text=True) for i in range(2)]
+
+
 def test_two_processes_train_like_one_with_the_same_devices(tmp_path, wikitext):
   steps = ['--config.num_train_steps=20', '--config.log_every=5', '--config.save_every=20']
   one = tmp_path / 'one_process'
   subprocess.run(command(one, *steps), env={**env(), 'JAX_NUM_CPU_DEVICES': '4'}, cwd=REPO,
                  check=True, capture_output=True, timeout=600)
   two = tmp_path / 'two_processes'
-  port = free_port()
-  workers = [subprocess.Popen(
-      command(two, *steps, f'--coordinator_address=localhost:{port}', '--num_processes=2',
-              f'--process_id={i}'),
-      env={**env(), 'JAX_NUM_CPU_DEVICES': '2'}, cwd=REPO, stdout=subprocess.DEVNULL,
-      stderr=subprocess.PIPE, text=True) for i in range(2)]
+  workers = two_processes(lambda *join: command(two, *steps, *join), stdout=subprocess.DEVNULL)
   for worker in workers:
     _, stderr = worker.communicate(timeout=600)
     assert worker.returncode == 0, stderr[-3000:]
@@ -332,12 +338,8 @@ print('sum', float(total(x)))
 def test_processes_that_reach_the_first_step_40_s_apart_still_train():
   """start_processes leaves the CPU collectives set up, so a first collective that one process
   reaches 40 s after the other waits for it instead of failing at gloo's fixed 30 s."""
-  port = free_port()
-  workers = [subprocess.Popen(
-      [sys.executable, '-c', SKEWED_COLLECTIVE, f'--coordinator_address=localhost:{port}',
-       '--num_processes=2', f'--process_id={i}'],
-      env={**env(), 'JAX_NUM_CPU_DEVICES': '2'}, cwd=REPO, stdout=subprocess.PIPE,
-      stderr=subprocess.PIPE, text=True) for i in range(2)]
+  workers = two_processes(lambda *join: [sys.executable, '-c', SKEWED_COLLECTIVE, *join],
+                          stdout=subprocess.PIPE)
   for worker in workers:
     stdout, stderr = worker.communicate(timeout=300)
     assert worker.returncode == 0, stderr[-3000:]
