@@ -163,9 +163,17 @@ def roofline(xla_cost: dict, model_flops_per_chip: float, chip: Chip) -> dict:
 
 # --- One compilation, and the batch search over many. ---
 
-def _out_of_memory(error: Exception) -> bool:
+def out_of_hbm(error: Exception) -> bool:
+  """Whether XLA refused the program for want of HBM: the step does not fit at this shape."""
   text = str(error)
-  return 'RESOURCE_EXHAUSTED' in text or 'Ran out of memory' in text
+  return 'RESOURCE_EXHAUSTED' in text and 'HBM' in text
+
+
+def out_of_vmem(error: Exception) -> bool:
+  """Whether one kernel needs more of the chip's on-chip vector memory than it has: a compiler
+  limit at this shape, which says nothing about whether the step fits in HBM."""
+  text = str(error)
+  return 'RESOURCE_EXHAUSTED' in text and 'vmem' in text.lower()
 
 
 def compile_pretrain(config, devices, hbm_bytes: int):
@@ -175,7 +183,14 @@ def compile_pretrain(config, devices, hbm_bytes: int):
   try:
     compiled = lowered.compile()
   except jax.errors.JaxRuntimeError as e:
-    if not _out_of_memory(e):
+    if out_of_vmem(e):
+      raise UsageError(
+          f'XLA:TPU cannot compile this step at {config.batch_size // len(devices)} sequences of '
+          f'{config.max_seq_length} per chip: one kernel needs more on-chip vector memory (VMEM) '
+          f'than the chip has ({str(e).splitlines()[0][:300]}). That is a compiler limit at '
+          'this shape, not a lack of HBM: another per-chip batch (--config.batch_size) or '
+          'length compiles') from None
+    if not out_of_hbm(e):
       raise
     return None, {'fits': False, 'error': str(e).splitlines()[0][:400]}, \
         time.perf_counter() - start, lowered, state, batch
