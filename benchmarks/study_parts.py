@@ -133,6 +133,13 @@ def run_all(parts: dict, jobs: int):
     raise failure
 
 
+def committed_steps(workdir: str) -> list[int]:
+  """Steps of the checkpoints Orbax has committed (an unfinished save has a temporary name)."""
+  directory = os.path.join(workdir, 'checkpoints')
+  names = os.listdir(directory) if os.path.isdir(directory) else []
+  return sorted(int(n) for n in names if n.isdigit())
+
+
 def skip(state: dict, name: str, note: str = ''):
   seconds = state[name]['seconds']
   say(f'{name}: finished before ({format_duration(seconds)}{note}), skipped')

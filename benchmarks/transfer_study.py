@@ -199,13 +199,6 @@ def prepare_data(args, state: dict, data_dir: str):
   state['data']['train_files'] = len(train)
 
 
-def committed_steps(workdir: str) -> list[int]:
-  """Steps of the checkpoints Orbax has committed (an unfinished save has a temporary name)."""
-  directory = os.path.join(workdir, 'checkpoints')
-  names = os.listdir(directory) if os.path.isdir(directory) else []
-  return sorted(int(n) for n in names if n.isdigit())
-
-
 def changed_flags(before: list[str], now: list[str]) -> list[str]:
   """Arguments that differ, other than the step count (raising it continues a run)."""
   keep = lambda args: {a for a in args if not a.startswith('--config.num_train_steps=')}
@@ -216,7 +209,7 @@ def pretrain(args, state: dict, objective: str, run: dict, cores: set[int] | Non
   name, workdir = f'pretrain_{objective}', os.path.join(args.out, objective)
   command = [sys.executable, '-m', 'electra_jax.main', f'--workdir={workdir}', *run['flags']]
   recorded = state.get(name, {}).get('command')
-  steps = committed_steps(workdir)
+  steps = study_parts.committed_steps(workdir)
   if steps and recorded and changed_flags(recorded, command):
     raise UsageError(f'{workdir} was pretrained with other settings (changed: '
                      f'{" ".join(changed_flags(recorded, command))}); use another --out, or '
@@ -231,7 +224,7 @@ def pretrain(args, state: dict, objective: str, run: dict, cores: set[int] | Non
   resuming = f' from step {steps[-1]}' if steps else ''
 
   def unfinished():  # main ends well when preempted too, having saved where it stopped
-    last = committed_steps(workdir)[-1:]
+    last = study_parts.committed_steps(workdir)[-1:]
     if last != [run['steps']]:
       return (f'main stopped at step {last[0] if last else 0}, before the planned '
               f'{run["steps"]:,} (preempted?); run the study again to resume from there')
@@ -254,7 +247,7 @@ def start_flags(args, plan: dict, start: str) -> tuple[list[str], int | None]:
   """(fine-tuning flags, the pretrained step it starts from, None for random init)."""
   if start in plan['objectives']:
     workdir = os.path.join(args.out, start)
-    steps = committed_steps(workdir)
+    steps = study_parts.committed_steps(workdir)
     if not steps or steps[-1] != plan[start]['steps']:
       raise UsageError(f'{workdir} has not finished pretraining ({plan[start]["steps"]} steps); '
                        'run the study with --parts=pretrain first')

@@ -382,6 +382,10 @@ def test_random_init_regression(files, tmp_path):
   assert set(summary['median']['STS-B']) == {'spearman', 'pearson'}
   assert summary['score_metric'] == 'STS-B spearman'
   assert not (tmp_path / 'stsb' / 'STS-B.tsv').exists()  # this folder has no test split
+  # Run again on the finished workdir: each seed resumes at its last step, trains no step, and
+  # reports the same scores (it used to stop on the compiled-once guard: 0 programs).
+  again = finetune.fine_tune(config, str(tmp_path / 'stsb'))
+  assert again['seeds'] == summary['seeds'] and again['score'] == summary['score']
 
 
 # ---- command lines --------------------------------------------------------------------------

@@ -184,6 +184,58 @@ def test_mlm_run_fine_tunes_and_exports_like_an_electra_run(mlm_run, tmp_path):
   assert exported.config.intermediate_size == saved.model.intermediate_size
 
 
+def sweep(*args):
+  return subprocess.run([sys.executable, str(REPO / 'benchmarks' / 'checkpoint_sweep.py'), *args],
+                        env=env(), cwd=REPO, capture_output=True, text=True, timeout=600)
+
+
+def test_checkpoint_sweep_fine_tunes_each_start_once_and_reports_against_flops(mlm_run, tmp_path):
+  pytest.importorskip('matplotlib')
+  glue = REPO.parent / 'shared' / 'data' / 'glue'
+  if not glue.is_dir():
+    pytest.skip(f'real GLUE files not found at {glue}')
+  out = tmp_path / 'sweep'
+  small = [f'--run={mlm_run}', f'--out={out}', '--task=SST-2', f'--glue_dir={glue}',
+           '--train_examples=64', '--finetune_epochs=1', '--max_seq_length=32']
+  first = sweep(*small, '--steps=2', '--no-random_init')
+  assert first.returncode == 0, first.stdout + first.stderr[-3000:]
+  assert 'step-2: done in' in first.stdout and 'step-2-decay-1: done in' in first.stdout
+  assert 'step-4' not in first.stdout and 'random' not in first.stdout
+  report = json.loads((out / 'sweep.json').read_text())
+  assert [c['step'] for c in report['checkpoints']] == [2] and report['random_init'] is None
+  by_decay = report['checkpoints'][0]['by_decay']
+  assert sorted(by_decay) == ['0.8', '1']  # the recipe's for this size, and none
+  for name, decay in (('step-2', '0.8'), ('step-2-decay-1', '1')):
+    result = json.loads((out / name / 'results.json').read_text())
+    assert result['init'].endswith('(step 2)') and f"{result['layer_decay']:g}" == decay
+    assert by_decay[decay]['median'] == result['score'] == by_decay[decay]['seeds']['0']
+    assert by_decay[decay]['score_metric'] == 'SST-2 accuracy'
+
+  # Again, over every checkpoint and random init, at one decay: step 2's run at it is skipped;
+  # step 4 (as if saved since) and random init are fine-tuned.
+  second = sweep(*small, '--layer_decays=1')
+  assert second.returncode == 0, second.stdout + second.stderr[-3000:]
+  assert 'step-2-decay-1: finished before' in second.stdout
+  assert 'step-4-decay-1: done in' in second.stdout and 'random-decay-1: done in' in second.stdout
+  report = json.loads((out / 'sweep.json').read_text())
+  assert [c['step'] for c in report['checkpoints']] == [2, 4]
+  for c in report['checkpoints']:
+    assert c['flops'] == c['step'] * report['flops_per_step'] > 0 and list(c['by_decay']) == ['1']
+  random = json.loads((out / 'random-decay-1' / 'results.json').read_text())
+  assert random['init'].startswith('random') and random['layer_decay'] == 1.0
+  assert report['random_init']['best']['median'] == random['score']
+  assert [m['step'] for m in report['eval_curve']] == [0, 3, 4]
+  assert all('eval_mlm_accuracy' in m for m in report['eval_curve'])
+  table = (out / 'sweep.md').read_text()
+  assert f"| step 4 | {4 * report['flops_per_step']:.3g} |" in table
+  assert '| random init | 0 |' in table and '| decay 1 |' in table
+  assert (out / 'sweep.png').stat().st_size > 0
+
+  missing = sweep(*small, '--steps=3')
+  assert missing.returncode != 0
+  assert 'has no checkpoint of step(s) 3; it keeps 2, 4' in missing.stderr.strip().splitlines()[-1]
+
+
 # ---- mistakes a user can make: one clear line, nothing already written damaged ----------------
 
 def test_linear_probe_scores_every_checkpoint_and_random_init(mlm_run, tmp_path):
