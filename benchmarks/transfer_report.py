@@ -2,9 +2,9 @@
 
 Reads each pretraining workdir (config.json, checkpoints, metrics.jsonl) and each fine-tuning
 run's results.json; a part that has not finished shows as missing. Scores are fractions in
-results.json and x100 in results.md. Random initialisation is fine-tuned with the recipe's
-layer-wise decay and without; per task, the setting with the better median is random init's
-score, and both are reported.
+results.json and x100 in results.md. Every start (each pretrained objective, and random
+initialisation) is fine-tuned with the recipe's layer-wise decay and without; per task, the
+setting with the better median is that start's score, and both are reported.
 """
 
 import json
@@ -18,14 +18,15 @@ from electra_jax.core.errors import UsageError
 from electra_jax.training.report import format_duration
 
 TASKS = ('SST-2', 'MRPC')
-# Random initialisation with the recipe's layer-wise decay (0 = the recipe's value for the
-# size) and without any: the decay is a prior for pretrained layers, so random init gets both
-# and keeps the better.
-RANDOM_DECAY = {'random': 0.0, 'random_no_decay': 1.0}
-RANDOM = tuple(RANDOM_DECAY)
+# The layer-wise decay settings a start is fine-tuned with, by the suffix of the run's name: the
+# recipe's (0 = the recipe's value for the size) and none. The decay is a prior that suits some
+# starts and not others (it cost the small pretrained encoder up to 2.6 points on SST-2 and helped
+# random init; docs/transfer_study.md), so each start gets both and keeps the better.
+DECAYS = {'': 0.0, '_no_decay': 1.0}
+SETTING_NAMES = {'': 'recipe decay', '_no_decay': 'no decay'}
 LABELS = {'electra': 'ELECTRA', 'mlm': 'MLM', 'electra_15': 'ELECTRA 15%',
           'replace_mlm': 'Replace MLM', 'all_tokens_mlm': 'All-Tokens MLM',
-          'random': 'random init, recipe decay', 'random_no_decay': 'random init, no decay'}
+          'random': 'random init'}
 # The paper's Table 5: GLUE dev score of each objective at the same compute (BERT = 'mlm').
 PAPER_TABLE5 = {'electra': 85.0, 'all_tokens_mlm': 84.3, 'replace_mlm': 82.4,
                 'electra_15': 82.4, 'mlm': 82.2}
@@ -34,7 +35,27 @@ MARGIN = 0.02  # ELECTRA's median must beat random init's by 2 points
 # pretraining and fine-tuning settings (the pretraining FLOPs and the held-out files are
 # compared separately, so the config file and corpus may live at other paths).
 SHARED_SETTINGS = ('set', 'held_out', 'seeds', 'max_seq_length', 'sst2_examples',
-                   'mrpc_examples', 'finetune_epochs')
+                   'mrpc_examples', 'finetune_epochs', 'both_decays')
+# What a study written before a setting existed ran with.
+SETTING_BEFORE = {'both_decays': False}
+
+
+def variants(start: str) -> list[str]:
+  """The fine-tuning runs of one start, a name per decay setting: 'electra', 'electra_no_decay'."""
+  return [start + suffix for suffix in DECAYS]
+
+
+def split_variant(variant: str) -> tuple[str, str]:
+  """('electra', '_no_decay') for 'electra_no_decay'; (start, '') for the recipe's setting."""
+  for suffix in DECAYS:
+    if suffix and variant.endswith(suffix):
+      return variant[:-len(suffix)], suffix
+  return variant, ''
+
+
+def label(variant: str) -> str:
+  start, suffix = split_variant(variant)
+  return f'{LABELS[start]}, {SETTING_NAMES[suffix]}'
 
 
 def corpus_relative(paths: list[str]) -> list[str]:
@@ -51,8 +72,9 @@ def read_beside(path: str, settings: dict, planned_flops: float, held_out: list[
                      'has run')
   with open(file) as f:
     other = json.load(f)
-  differ = [f'{k} {other["settings"].get(k)!r} (here {settings[k]!r})' for k in SHARED_SETTINGS
-            if other['settings'].get(k) != settings[k]]
+  theirs = lambda k: other['settings'].get(k, SETTING_BEFORE.get(k))
+  differ = [f'{k} {theirs(k)!r} (here {settings[k]!r})' for k in SHARED_SETTINGS
+            if theirs(k) != settings[k]]
   if other['held_out_files'] and corpus_relative(other['held_out_files']) != corpus_relative(
       held_out):
     differ.append('the held-out files')
@@ -122,10 +144,17 @@ def task_scores(run: dict) -> list[float]:
   return [scores[metric] for scores in run['seeds'].values()]
 
 
-def best_random(by_start: dict[str, dict]) -> str | None:
-  """The random-init setting with the better median task score (the recipe's on a tie)."""
-  done = [s for s in RANDOM if by_start.get(s)]
-  return max(done, key=lambda s: by_start[s]['score']) if done else None
+def best_setting(by_variant: dict[str, dict | None]) -> str | None:
+  """Of one start's fine-tuning runs on a task, the one with the better median (the first
+  given, the recipe's, on a tie); None if none has run."""
+  done = [v for v, summary in by_variant.items() if summary]
+  return max(done, key=lambda v: by_variant[v]['score']) if done else None
+
+
+def best_of(finetuning: dict, choice: dict, start: str, task: str) -> dict | None:
+  """The summary of `start`'s chosen setting on `task` (None if it has not run)."""
+  chosen = choice.get(start, {}).get(task)
+  return finetuning[chosen][task] if chosen else None
 
 
 def acceptance_checks(electra: dict | None, mlm: dict | None, random: dict | None) -> list[dict]:
@@ -149,15 +178,26 @@ def acceptance_checks(electra: dict | None, mlm: dict | None, random: dict | Non
   return checks
 
 
+def fine_tuned_variants(args: dict, objectives: list[str]) -> dict[str, list[str]]:
+  """{start: its fine-tuning runs}: both decay settings for random init, and for the pretrained
+  objectives unless both_decays is off (then only the recipe's, as studies before it ran)."""
+  both = args.get('both_decays', SETTING_BEFORE['both_decays'])
+  runs = {o: variants(o) if both else [o] for o in objectives}
+  if args['random_init']:
+    runs['random'] = variants('random')
+  return runs
+
+
 def summarize(out: str, plan: dict, state: dict, args: dict) -> dict:
   objectives = plan['objectives']
-  random = RANDOM if args['random_init'] else ()
-  finetuning = {start: {task: finetuning_summary(out, start, task, state) for task in TASKS}
-                for start in (*objectives, *random)}
-  random_choice = {task: best_random({s: finetuning[s][task] for s in random}) for task in TASKS}
-  ran = lambda start, task: finetuning.get(start, {}).get(task)
-  checks = {task: acceptance_checks(ran('electra', task), ran('mlm', task),
-                                    ran(random_choice[task], task)) for task in TASKS}
+  by_start = fine_tuned_variants(args, objectives)
+  finetuning = {v: {task: finetuning_summary(out, v, task, state) for task in TASKS}
+                for runs in by_start.values() for v in runs}
+  choice = {start: {task: best_setting({v: finetuning[v][task] for v in runs})
+                    for task in TASKS} for start, runs in by_start.items()}
+  checks = {task: acceptance_checks(*(best_of(finetuning, choice, s, task)
+                                      for s in ('electra', 'mlm', 'random')))
+            for task in TASKS}
   pretraining = {o: pretraining_summary(out, o, state) for o in objectives}
   runs = [{'start': start, 'task': task, 'seed': int(seed), 'scores': scores}
           for start, by_task in finetuning.items() for task, summary in by_task.items()
@@ -171,18 +211,21 @@ def summarize(out: str, plan: dict, state: dict, args: dict) -> dict:
   if args.get('beside'):  # checked by the study before it ran anything
     with open(os.path.join(args['beside'], 'results.json')) as f:
       other = json.load(f)
-    beside = {'dir': args['beside'], 'finetuning': {
-        o: other['finetuning'][o] for o in other['plan'] if o not in objectives}}
+    # A study from before both_decays has no 'choice': its pretrained starts ran once.
+    mine = lambda o, t: other.get('choice', {}).get(o, {}).get(t, o)
+    beside = {'dir': args['beside'], 'best': {
+        o: {t: other['finetuning'][mine(o, t)][t] for t in TASKS}
+        for o in other['plan'] if o not in objectives}}
   return {
       'settings': {k: args[k] for k in ('config', 'set', 'corpus', 'held_out', 'glue_dir',
                                         'seeds', 'max_seq_length', 'sst2_examples',
                                         'mrpc_examples', 'finetune_epochs', 'objectives',
-                                        'random_init', 'beside')},
+                                        'random_init', 'both_decays', 'beside')},
       'beside': beside,
       'held_out_files': state.get('data', {}).get('held_out'),
       'plan': {o: {k: plan[o][k] for k in ('steps', 'flops_per_step')} for o in objectives},
       'pretraining': pretraining, 'finetuning': finetuning, 'runs': runs,
-      'random_init_choice': random_choice, 'checks': checks, 'wall_seconds': wall,
+      'choice': choice, 'checks': checks, 'wall_seconds': wall,
   }
 
 
@@ -207,22 +250,24 @@ def pretraining_cells(summary: dict | None, wall: dict, objective: str) -> list[
 def markdown(results: dict) -> str:
   ft, pt, wall = results['finetuning'], results['pretraining'], results['wall_seconds']
   metrics = {'SST-2': ('accuracy',), 'MRPC': ('accuracy', 'f1')}
-  finetune_wall = lambda start: format_duration(sum(
-      wall.get(f'finetune_{start}_{task}', 0) for task in TASKS))
-  objectives = results['settings']['objectives']
-  random = [s for s in ft if s not in objectives]
+  finetune_wall = lambda *runs: format_duration(sum(
+      wall.get(f'finetune_{run}_{task}', 0) for run in runs for task in TASKS))
+  choice = results['choice']
   rows = []
-  for start in objectives:
-    rows.append([LABELS[start]] + [cell(ft[start][t], metrics[t]) for t in TASKS]
-                + pretraining_cells(pt[start], wall, start) + [finetune_wall(start)])
-  choice = results['random_init_choice']
-  if random:
-    rows.append(['random init (better setting by median)'] + [
-        cell(ft[choice[t]][t], metrics[t]) + f" [{LABELS[choice[t]].split(', ')[1]}]"
-        if choice[t] else 'not run' for t in TASKS] + ['0', '0', '', ''])
-  for start in random:
-    rows.append([f'· {LABELS[start]}'] + [cell(ft[start][t], metrics[t]) for t in TASKS]
-                + ['', '', '', finetune_wall(start)])
+  for start, by_task in choice.items():
+    runs = [v for v in ft if split_variant(v)[0] == start]
+    pretrained = (pretraining_cells(pt[start], wall, start) if start in pt else ['0', '0', ''])
+    if len(runs) == 1:
+      rows.append([LABELS[start]] + [cell(ft[start][t], metrics[t]) for t in TASKS]
+                  + pretrained + [finetune_wall(start)])
+      continue
+    rows.append([f'{LABELS[start]} (better setting by median)'] + [
+        f"{cell(ft[by_task[t]][t], metrics[t])} [{SETTING_NAMES[split_variant(by_task[t])[1]]}]"
+        if by_task[t] else 'not run' for t in TASKS] + pretrained
+        + [finetune_wall(*runs)])
+    for v in runs:
+      rows.append([f'· {label(v)}'] + [cell(ft[v][t], metrics[t]) for t in TASKS]
+                  + ['', '', '', ''])
   s = results['settings']
   lines = [
       '# Transfer study: does pretraining pay off?', '',
@@ -246,9 +291,10 @@ def markdown(results: dict) -> str:
       verdict = {True: 'pass', False: 'FAIL', None: 'n/a'}[c['passed']]
       verdicts.append(f"{verdict} ({c['detail']})")
     lines.append(f"| {first['check']} | " + ' | '.join(verdicts) + ' |')
-  lines += table5(ft, objectives, results['beside'])
+  best = {o: {t: best_of(ft, choice, o, t) for t in TASKS} for o in results['plan']}
+  lines += table5(best, list(results['plan']), results['beside'])
   lines += ['', '## Final pretraining evaluation (held-out text)', '']
-  for objective in objectives:
+  for objective in results['plan']:
     final = (pt[objective] or {}).get('final_eval')
     shown = f"step {final['step']:,}: " + ', '.join(
         f'{k[5:]} {v:.4f}' for k, v in final.items() if k.startswith('eval_')) \
@@ -268,20 +314,22 @@ def ranks(scores: dict[str, float]) -> dict[str, int]:
   return {k: 1 + sum(other > v for other in scores.values()) for k, v in scores.items()}
 
 
-def table5(ft: dict, objectives: list[str], beside: dict | None = None) -> list[str]:
+def table5(best: dict, objectives: list[str], beside: dict | None = None) -> list[str]:
   """The objectives in the paper's Table 5, this study's and those of the study `beside` it,
   ranked by median dev score next to the paper's ranking; nothing unless one of the paper's
-  ablations was run."""
+  ablations was run. `best` holds each objective's fine-tuning summary per task (at its better
+  decay setting), None where it has not run."""
+  ft = best
   if beside:
-    ft = {**beside['finetuning'], **ft}
-    objectives = [*objectives, *beside['finetuning']]
+    ft = {**beside['best'], **ft}
+    objectives = [*objectives, *beside['best']]
   compared = [o for o in objectives if o in PAPER_TABLE5]
   if not set(compared) - {'electra', 'mlm'}:
     return []
   by_task = {t: {o: ft[o][t]['score'] for o in compared if ft[o][t]} for t in TASKS}
   paper = ranks({o: PAPER_TABLE5[o] for o in compared})
   ours = {t: ranks(scores) for t, scores in by_task.items()}
-  mark = lambda o: ' †' if beside and o in beside['finetuning'] else ''
+  mark = lambda o: ' †' if beside and o in beside['best'] else ''
   lines = ['', "## Against the paper's Table 5", '',
            'The paper compares these objectives at the same compute on GLUE dev (its Table 5). '
            'Rank 1 is the best; equal scores share a rank.', '',
@@ -339,7 +387,7 @@ def plot_finetuning(results: dict, path: str):
       values = [100 * s[metric] for s in run['seeds'].values()]
       ax.scatter([x] * len(values), values, alpha=0.7)
       ax.hlines(statistics.median(values), x - 0.3, x + 0.3, color='black')
-    ax.set_xticks(range(len(starts)), [LABELS[s].replace(', ', '\n') for s in starts],
+    ax.set_xticks(range(len(starts)), [label(s).replace(', ', '\n') for s in starts],
                   fontsize=8)
     ax.set(title=f'{task} dev {metric}')
     ax.grid(axis='y', alpha=0.3)

@@ -11,8 +11,10 @@ so running the command again resumes where it stopped):
             config.objective=mlm (DIR/mlm) for as many steps as cost the same model FLOPs
             (electra_jax/core/flops.py). main resumes an interrupted run from its checkpoint.
   finetune  electra_jax.finetune with the paper's recipe on SST-2 (a fixed random subset) and
-            MRPC, for every seed, from each pretrained encoder and from random initialisation
-            with the recipe's layer-wise decay and with none (DIR/finetune/<start>-<task>).
+            MRPC, for every seed, from each pretrained encoder and from random initialisation,
+            each with the recipe's layer-wise decay (DIR/finetune/<start>-<task>) and with none
+            (<start>_no_decay-<task>); each start's score is its better setting.
+            --no-both_decays fine-tunes the pretrained encoders at the recipe's decay only.
 --objectives picks what is pretrained (electra,mlm by default; the paper's Table 5 ablations
 electra_15, replace_mlm and all_tokens_mlm too), each at the FLOPs of ELECTRA's run;
 --no-random_init leaves out the random-init starts. --beside=DIR puts the objectives of the study
@@ -49,7 +51,7 @@ from electra_jax.core.errors import UsageError
 
 REPO = finetune_glue.REPO
 SHARED = os.path.join(os.path.dirname(REPO), 'shared', 'data')
-TASKS, RANDOM_DECAY = transfer_report.TASKS, transfer_report.RANDOM_DECAY
+TASKS, DECAYS = transfer_report.TASKS, transfer_report.DECAYS
 
 
 def parse_args(argv=None):
@@ -87,6 +89,10 @@ def parse_args(argv=None):
   parser.add_argument('--random_init', action=argparse.BooleanOptionalAction, default=True,
                       help='also fine-tune from random initialisation (--no-random_init to skip, '
                       'e.g. when another --out has those runs)')
+  parser.add_argument('--both_decays', action=argparse.BooleanOptionalAction, default=True,
+                      help="fine-tune the pretrained encoders with the recipe's layer-wise decay "
+                      'and with none, and keep the better, as random init always is '
+                      "(--no-both_decays: the recipe's only, ~35 minutes less at the defaults)")
   parser.add_argument('--beside', default='',
                       help="another study's --out, run with the same settings (e.g. the "
                       "ELECTRA and MLM study beside the ablations'): its objectives join this "
@@ -101,7 +107,7 @@ def parse_args(argv=None):
     raise UsageError(f"--parts={','.join(args.parts)}: unknown {', '.join(sorted(unknown))}; "
                      'use pretrain, finetune or both')
   args.objectives = [o for o in args.objectives.split(',') if o]
-  known = transfer_report.LABELS.keys() - set(RANDOM_DECAY)
+  known = transfer_report.LABELS.keys() - {'random'}
   if not args.objectives or set(args.objectives) - known or \
       len(set(args.objectives)) != len(args.objectives):
     raise UsageError(f"--objectives={','.join(args.objectives)}: list each at most once, from "
@@ -110,8 +116,10 @@ def parse_args(argv=None):
 
 
 def starts(args) -> list[str]:
-  """What is fine-tuned: each pretrained objective, then random init's settings."""
-  return args.objectives + (list(RANDOM_DECAY) if args.random_init else [])
+  """The fine-tuning runs, a name per start and decay setting: each pretrained objective's, then
+  random init's."""
+  runs = transfer_report.fine_tuned_variants(vars(args), args.objectives)
+  return [v for variants in runs.values() for v in variants]
 
 
 # ---------------------------------------------------------------- the plan
@@ -243,21 +251,22 @@ def check_flops(workdir: str, run: dict):
              f"{run['flops_per_step']:.4g}: its config.json differs from the plan's config")
 
 
-def start_flags(args, plan: dict, start: str) -> tuple[list[str], int | None]:
+def start_flags(args, plan: dict, variant: str) -> tuple[list[str], int | None]:
   """(fine-tuning flags, the pretrained step it starts from, None for random init)."""
+  start, setting = transfer_report.split_variant(variant)
+  decay = [f'--config.layer_decay={DECAYS[setting]}'] if DECAYS[setting] else []
   if start in plan['objectives']:
     workdir = os.path.join(args.out, start)
     steps = study_parts.committed_steps(workdir)
     if not steps or steps[-1] != plan[start]['steps']:
       raise UsageError(f'{workdir} has not finished pretraining ({plan[start]["steps"]} steps); '
                        'run the study with --parts=pretrain first')
-    return [f'--config.init_from={workdir}'], steps[-1]
+    return [f'--config.init_from={workdir}', *decay], steps[-1]
   data_dir = os.path.join(args.out, 'data')
   if not os.path.exists(os.path.join(data_dir, 'train', store.MANIFEST)):
     raise UsageError(f'{data_dir} holds no prepared corpus, whose vocabulary random init '
                      'takes; run the study with --parts=pretrain first')
   vocab = finetune_glue.run_vocab(data_dir)
-  decay = [f'--config.layer_decay={RANDOM_DECAY[start]}'] if RANDOM_DECAY[start] else []
   return finetune_glue.random_init_flags(plan['model'], vocab) + decay, None
 
 
@@ -320,7 +329,8 @@ def run_study(args, state: dict) -> dict:
   if 'finetune' in args.parts:  # SST-2 first: its runs are the longest
     for t in TASKS:
       for s in starts(args):
-        needs = (f'pretrain_{s}',) if f'pretrain_{s}' in parts else ()
+        pretrained = f'pretrain_{transfer_report.split_variant(s)[0]}'
+        needs = (pretrained,) if pretrained in parts else ()
         parts[f'finetune_{s}_{t}'] = (
             lambda cores, s=s, t=t: fine_tune(args, state, plan, s, t, cores)), needs
   study_parts.run_all(parts, args.jobs)

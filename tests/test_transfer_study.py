@@ -16,7 +16,7 @@ from electra_jax.core import flops
 CORPUS = SHARED_DATA / 'pretraining-text'
 GLUE = SHARED_DATA / 'glue'
 STUDY = REPO / 'benchmarks' / 'transfer_study.py'
-STARTS = ('electra', 'mlm', 'random', 'random_no_decay')
+STARTS = ('electra', 'electra_no_decay', 'mlm', 'mlm_no_decay', 'random', 'random_no_decay')
 TASKS = ('SST-2', 'MRPC')
 
 
@@ -43,7 +43,7 @@ def summary(scores: list[float]) -> dict:
           'seeds': {str(i): {'accuracy': s} for i, s in enumerate(scores)}}
 
 
-def test_acceptance_checks_and_random_init_choice():
+def test_acceptance_checks_and_the_better_decay_setting():
   report = load_report()
   electra, mlm = summary([0.80, 0.82, 0.81]), summary([0.81, 0.805, 0.83])
   passed = report.acceptance_checks(electra, mlm, summary([0.75, 0.79, 0.78]))
@@ -54,12 +54,16 @@ def test_acceptance_checks_and_random_init_choice():
   # 81 < 79.5 + 2; worst 80 is not above best 80; 81 < MLM's 82.
   assert [c['passed'] for c in failed] == [False, False, False]
   assert [c['passed'] for c in report.acceptance_checks(electra, None, None)] == [None] * 3
-  assert report.best_random({'random': summary([0.7]), 'random_no_decay': summary([0.71])}) == \
+  assert report.best_setting({'mlm': summary([0.7]), 'mlm_no_decay': summary([0.71])}) == \
+      'mlm_no_decay'
+  assert report.best_setting({'random': summary([0.7]), 'random_no_decay': summary([0.7])}) == \
+      'random'  # the recipe's on a tie
+  assert report.best_setting({'random': None, 'random_no_decay': summary([0.7])}) == \
       'random_no_decay'
-  assert report.best_random({'random': summary([0.7]), 'random_no_decay': summary([0.7])}) == \
-      'random'
-  assert report.best_random({'random': None, 'random_no_decay': summary([0.7])}) == \
-      'random_no_decay'
+  assert report.best_setting({'electra': None, 'electra_no_decay': None}) is None
+  assert [report.split_variant(v) for v in report.variants('electra_15')] == [
+      ('electra_15', ''), ('electra_15', '_no_decay')]
+  assert report.label('all_tokens_mlm_no_decay') == 'All-Tokens MLM, no decay'
 
 
 def test_table5_ranks_the_ablations_next_to_the_paper():
@@ -84,7 +88,9 @@ def test_every_objective_is_planned_at_electras_flops(tmp_path):
   ablations = ['electra_15', 'replace_mlm', 'all_tokens_mlm']
   args = study.parse_args([f'--out={tmp_path}', f"--objectives={','.join(ablations)}",
                            '--no-random_init', '--pretrain_steps=100'])
-  assert study.starts(args) == ablations
+  assert study.starts(args) == [f'{o}{s}' for o in ablations for s in ('', '_no_decay')]
+  recipe_only = study.parse_args([f'--out={tmp_path}', '--no-both_decays'])
+  assert study.starts(recipe_only) == ['electra', 'mlm', 'random', 'random_no_decay']
   plan = study.plan_pretraining(args, str(tmp_path / 'data'))
   budget = 100 * plan['electra']['flops_per_step']
   for objective in ablations:
@@ -154,20 +160,25 @@ def check_results(out):
     summary_ = results['finetuning'][run['start']][run['task']]
     assert summary_['median'] == run['scores'] and summary_['score'] == own['score']
     assert summary_['budget']['train_examples'] == 64  # the same fixed draw for every start
-    assert summary_['layer_decay'] == (1.0 if run['start'] == 'random_no_decay' else 0.8)
+    assert summary_['layer_decay'] == (1.0 if run['start'].endswith('_no_decay') else 0.8)
   markdown = (out / 'results.md').read_text()
+  by_run = results['finetuning']
   for task in TASKS:
-    by_start = results['finetuning']
-    choice = results['random_init_choice'][task]
-    assert by_start[choice][task]['score'] == max(by_start[s][task]['score']
-                                                  for s in ('random', 'random_no_decay'))
-    electra, random, mlm = (by_start[s][task]['score'] for s in ('electra', choice, 'mlm'))
+    # Each start's score is its better setting's median (the recipe's on a tie).
+    best = {}
+    for start in ('electra', 'mlm', 'random'):
+      recipe, none = by_run[start][task]['score'], by_run[f'{start}_no_decay'][task]['score']
+      assert results['choice'][start][task] == (start if recipe >= none else
+                                                f'{start}_no_decay')
+      best[start] = max(recipe, none)
     assert [c['passed'] for c in results['checks'][task]] == [
-        electra >= random + 0.02 - 1e-9, electra > random, electra >= mlm]
-  sst2, mrpc = (results['finetuning']['electra'][task]['median'] for task in TASKS)
+        best['electra'] >= best['random'] + 0.02 - 1e-9, best['electra'] > best['random'],
+        best['electra'] >= best['mlm']]
+  sst2, mrpc = (by_run['electra_no_decay'][task]['median'] for task in TASKS)
   acc, f1 = 100 * mrpc['accuracy'], 100 * mrpc['f1']
-  assert (f"| ELECTRA | {100 * sst2['accuracy']:.1f} ({100 * sst2['accuracy']:.1f}) | "
-          f'{acc:.1f} / {f1:.1f} ({acc:.1f}/{f1:.1f}) | 8 |') in markdown
+  assert (f"| · ELECTRA, no decay | {100 * sst2['accuracy']:.1f} ({100 * sst2['accuracy']:.1f}) | "
+          f'{acc:.1f} / {f1:.1f} ({acc:.1f}/{f1:.1f}) |') in markdown
+  assert '| ELECTRA (better setting by median) | ' in markdown
   assert '## Acceptance checks' in markdown
   for name in ('pretraining_curves.png', 'finetune_scores.png'):
     pixels = image.imread(out / name)
@@ -179,8 +190,10 @@ def test_a_study_beside_joins_the_table5_comparison_only_with_the_same_settings(
   settings; another seed list, held-out draw or pretraining budget is refused by name."""
   study, report = load_study(), load_report()
   committed = REPO / 'docs' / 'transfer_study'
+  # The committed study fine-tuned its pretrained encoders at the recipe's decay only.
   args = study.parse_args([f'--out={tmp_path}', '--objectives=electra_15', '--no-random_init',
-                           f'--beside={committed}', f'--config={REPO / "configs" / "mini.py"}'])
+                           '--no-both_decays', f'--beside={committed}',
+                           f'--config={REPO / "configs" / "mini.py"}'])
   plan = study.plan_pretraining(args, str(tmp_path / 'data'))
   budget = plan['electra']['steps'] * plan['electra']['flops_per_step']
   held_out = study.held_out_split(args.corpus, args.held_out)[1]
@@ -188,7 +201,8 @@ def test_a_study_beside_joins_the_table5_comparison_only_with_the_same_settings(
   assert set(other['plan']) == {'electra', 'mlm'}
 
   for changed, expected in [({'seeds': '0,1'}, "seeds '0,1,2' \\(here '0,1'\\)"),
-                            ({'held_out': 3}, 'held_out 2 \\(here 3\\)')]:
+                            ({'held_out': 3}, 'held_out 2 \\(here 3\\)'),
+                            ({'both_decays': True}, 'both_decays False \\(here True\\)')]:
     with pytest.raises(study.UsageError, match=expected):
       report.read_beside(str(committed), {**vars(args), **changed}, budget, held_out)
   with pytest.raises(study.UsageError, match='the held-out files'):
@@ -206,7 +220,7 @@ def test_a_study_beside_joins_the_table5_comparison_only_with_the_same_settings(
       'a study that has run')
 
   # The ablation's median ranks among the committed study's, marked as coming from beside.
-  beside = {'dir': 'DIR', 'finetuning': {o: other['finetuning'][o] for o in ('electra', 'mlm')}}
+  beside = {'dir': 'DIR', 'best': {o: other['finetuning'][o] for o in ('electra', 'mlm')}}
   ablation = {'SST-2': summary([0.70, 0.71, 0.72]), 'MRPC': summary([0.80, 0.80, 0.80])}
   lines = report.table5({'electra_15': ablation}, ['electra_15'], beside)
   rows = {line.split(' | ')[0]: line for line in lines if line.startswith('| ')}
