@@ -214,18 +214,46 @@ def test_batches_gathered_on_the_devices_are_those_of_batch_order():
       np.testing.assert_array_equal(batch[name], values[order[step]])
 
 
-def test_the_loop_equals_a_host_loop_over_batch_order(files, tmp_path):
+def test_each_batch_is_cut_to_its_longest_example():
+  """step_lengths: the longest example of each step's batch, rounded up to the multiple and at
+  most the set's width; gather_batch cuts the [N, L] arrays there and leaves the labels."""
+  ids = np.zeros((4, 32), np.int32)
+  ids[0, :5], ids[1, :17], ids[2, :3], ids[3, :30] = 7, 9, 11, 13
+  ids[0, 2] = 0  # a padding id inside a row does not end it
+  counts = features.token_counts(ids)
+  np.testing.assert_array_equal(counts, [5, 17, 3, 30])
+  order = np.array([[0, 2], [1, 0], [3, 2]])
+  np.testing.assert_array_equal(finetune.step_lengths(counts, order, 8, 32), [8, 24, 32])
+  np.testing.assert_array_equal(finetune.step_lengths(counts, order, 16, 24), [16, 24, 24])
+  inputs = {'input_ids': ids, 'segment_ids': ids * 0 + 1, 'labels': np.arange(4)}
+  batch = jax.device_get(finetune.gather_batch(inputs, order, 1, 24))
+  np.testing.assert_array_equal(batch['input_ids'], ids[[1, 0], :24])
+  assert batch['segment_ids'].shape == (2, 24)
+  np.testing.assert_array_equal(batch['labels'], [1, 0])
+
+
+@pytest.mark.parametrize('multiple', [0, 2])
+def test_the_loop_equals_a_host_loop_over_batch_order(files, tmp_path, multiple):
   """Training a seed (batches gathered on the devices, dropout keys folded in the step) gives
-  the parameters and losses of a plain loop: host-indexed batches of batch_order, dropout key
-  fold_in(rng, step), gradient and optimizer update, one step at a time on one device."""
+  the parameters and losses of a plain loop: host-indexed batches of batch_order, each cut to
+  its step_lengths length when length_multiple is set, dropout key fold_in(rng, step), gradient
+  and optimizer update, one step at a time on one device."""
   root, glue, vocab_size = files
+  batch_size = 4 if multiple else 8  # small batches (4 devices), so their longest ones differ
   config = finetune_config(task='SST-2', data_dir=str(glue), vocab=str(root / 'vocab.txt'),
-                           num_epochs=2.0, log_every=1, learning_rate=1e-3, layer_decay=0.8)
+                           num_epochs=2.0, log_every=1, learning_rate=1e-3, layer_decay=0.8,
+                           length_multiple=multiple, batch_size=batch_size)
   config.model.update(vocab_size=vocab_size, **TINY)
   start = init.load_start(config)
   train_set = glue_data.load(tasks.get_task('SST-2'), str(glue), '', '').train
   inputs = {**features.encode(train_set, start.vocab, 32), 'labels': train_set.labels}
-  steps, seed = 6, 3  # 24 examples, 2 epochs of batches of 8
+  steps, seed = 2 * 24 // batch_size, 3  # 24 examples, 2 epochs
+  lengths = [32] * steps
+  if multiple:
+    lengths = finetune.step_lengths(features.token_counts(inputs['input_ids']),
+                                    finetune.batch_order(len(train_set), batch_size, steps, seed),
+                                    multiple, 32)
+    assert len(set(lengths)) > 1 and min(lengths) < 32  # the cut is exercised
   model = model_lib.Classifier(start.model, 2)
   optimizer = optim.make_optimizer(config, model_lib.param_shapes(model, 32), 2, steps)
   compiled = finetune.compile_steps(model, optimizer, False, train.make_mesh())
@@ -233,7 +261,12 @@ def test_the_loop_equals_a_host_loop_over_batch_order(files, tmp_path):
   params = finetune.train_seed(config, seed, start, model, compiled,
                                jax.device_put(inputs, compiled.replicated), steps,
                                optim.learning_rate_schedule(config, steps), logged.append,
-                               str(tmp_path))
+                               str(tmp_path), features.token_counts(inputs['input_ids']))
+  train.check_compiled_once(compiled.step, len(set(lengths)))
+  if multiple:
+    with pytest.raises(RuntimeError, match=f'compiled {len(set(lengths))} times; it must '
+                       'compile once'):
+      train.check_compiled_once(compiled.step)
 
   @jax.jit
   def update(params, opt_state, batch, rng):
@@ -245,8 +278,9 @@ def test_the_loop_equals_a_host_loop_over_batch_order(files, tmp_path):
   expected = init.initial_params(model, start, seed, 32)
   opt_state, rng, losses = optimizer.init(expected), jax.random.fold_in(
       jax.random.PRNGKey(seed), 1), []
-  for step, rows in enumerate(finetune.batch_order(len(train_set), 8, steps, seed)):
-    batch = {name: values[rows] for name, values in inputs.items()}
+  for step, rows in enumerate(finetune.batch_order(len(train_set), batch_size, steps, seed)):
+    batch = {name: values[rows] if values.ndim == 1 else values[rows, :lengths[step]]
+             for name, values in inputs.items()}
     expected, opt_state, loss = update(expected, opt_state, batch, jax.random.fold_in(rng, step))
     losses.append(float(loss))
   # Four devices sum the batch in another order than one: equal to float32 rounding (6e-8

@@ -31,6 +31,11 @@ def get_config():
   c.tfds_name = 'glue'         # TFDS dataset; glue/<config> must be prepared in tfds_data_dir
   c.tfds_data_dir = ''         # '' = TFDS's default data_dir
   c.max_seq_length = 128       # [CLS] A [SEP] B [SEP], truncated longest-first
+  # Each training batch is cut to its own longest example, rounded up to this multiple: padding
+  # gets no attention, so the outputs are the full length's and the step costs what the batch
+  # needs (SST-2 at 128: ~1.6x faster). One compiled step per distinct length, at most
+  # max_seq_length / length_multiple. 0 = every batch at the training set's longest example.
+  c.length_multiple = 16
   c.max_train_examples = 0     # > 0: train on this many examples drawn at random (seed 0)
   c.swap_pairs = True          # MRPC, STS-B: also train on each pair as (B, A), as the original
   c.predict_test = True        # write GLUE submission files for the test split(s)

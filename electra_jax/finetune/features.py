@@ -54,6 +54,12 @@ def trim_padding(inputs: dict[str, np.ndarray], multiple: int = 8) -> dict[str, 
   return {name: values[:, :length] for name, values in inputs.items()}
 
 
+def token_counts(input_ids: np.ndarray) -> np.ndarray:
+  """[N] each row's length up to its last non-padding token (padding, id 0, is at the end)."""
+  positions = np.arange(1, input_ids.shape[1] + 1)
+  return np.max(np.where(input_ids != 0, positions, 0), axis=1)
+
+
 def with_swapped_pairs(examples: Examples) -> Examples:
   """The examples followed by each pair again as (B, A), with the same label."""
   labels = examples.labels

@@ -70,6 +70,9 @@ def resolve(config: ml_collections.ConfigDict, task: Task, model: ml_collections
     if c[name] <= 0 or c[name] % num_devices:
       raise UsageError(f'config.{name}={c[name]} must be a positive multiple of the '
                        f'{num_devices} devices')
+  if c.get('length_multiple', 0) < 0:
+    raise UsageError(f'config.length_multiple={c.length_multiple}: use a positive multiple to cut '
+                     "each batch to its longest example, or 0 for the training set's length")
   nonfinite.validate(c)
   if c.num_epochs <= 0 or c.learning_rate <= 0 or not 0 < c.layer_decay <= 1:
     raise UsageError('config.num_epochs and learning_rate must be positive and layer_decay in '

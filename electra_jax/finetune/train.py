@@ -47,18 +47,31 @@ def loss_fn(params, batch, rng, *, model, regression: bool):
   return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(outputs, batch['labels']))
 
 
-def gather_batch(inputs, order, step):
-  """The batch of `step`: the rows order[step] of every array in `inputs` (all on the device)."""
+def gather_batch(inputs, order, step, length: int | None = None):
+  """The batch of `step`: the rows order[step] of every array in `inputs` (all on the device),
+  the [N, L] ones cut to their first `length` columns (None: all of them)."""
   rows = jax.lax.dynamic_index_in_dim(order, step, keepdims=False)
-  return jax.tree.map(lambda values: values[rows], inputs)
+  cut = lambda values: values if length is None or values.ndim < 2 else values[:, :length]
+  return jax.tree.map(lambda values: cut(values[rows]), inputs)
 
 
-def train_step(state, inputs, order, *, loss_of, optimizer):
-  """One update on the batch order[state.step] of the training `inputs`, dropout key
-  fold_in(state.rng, state.step); loss_of(params, batch, rng) is the task family's loss.
+def step_lengths(token_counts: np.ndarray, order: np.ndarray, multiple: int,
+                 width: int) -> np.ndarray:
+  """[steps] the length each step's batch is cut to: its longest example (`token_counts`, the
+  non-padding tokens of each example, padding being at the end) rounded up to a multiple of
+  `multiple`, at most `width` (the examples' own). Every batch length is one compiled program,
+  so the multiple bounds their number."""
+  longest = token_counts[order].max(axis=1)
+  return np.minimum(-(-longest // multiple) * multiple, width).astype(np.int64)
+
+
+def train_step(state, inputs, order, length, *, loss_of, optimizer):
+  """One update on the batch order[state.step] of the training `inputs` (cut to `length`
+  columns, see gather_batch), dropout key fold_in(state.rng, state.step); loss_of(params,
+  batch, rng) is the task family's loss.
   Returns (state, loss, nonfinite): as in pretraining, an update that is not finite is not
   applied (training/nonfinite.py); then only the step advances, the loss reads 0 and `nonfinite` 1."""
-  batch = gather_batch(inputs, order, state.step)
+  batch = gather_batch(inputs, order, state.step, length)
   rng = jax.random.fold_in(state.rng, state.step)
   loss, grads = jax.value_and_grad(loss_of)(state.params, batch, rng)
   params, opt_state, finite = nonfinite.guarded_update(optimizer, grads, loss, state.params,
@@ -93,7 +106,8 @@ def compile_task_steps(loss_of, predict_of, optimizer, mesh) -> Compiled:
   order_sharding = NamedSharding(mesh, P(None, 'data'))
   step = jax.jit(functools.partial(train_step, loss_of=loss_of, optimizer=optimizer),
                  in_shardings=(replicated, replicated, order_sharding),
-                 out_shardings=(replicated, replicated, replicated), donate_argnums=0)
+                 out_shardings=(replicated, replicated, replicated), donate_argnums=0,
+                 static_argnums=3)
   predict = jax.jit(predict_of, in_shardings=(replicated, batch_sharding),
                     out_shardings=batch_sharding)
   return Compiled(step, predict, optimizer, replicated, batch_sharding, order_sharding)
@@ -158,8 +172,12 @@ def saved_step(workdir: str, seed: int) -> int:
 
 
 def train_seed(config, seed, start, model, compiled, train_inputs, total_steps, schedule,
-               log, workdir):
+               log, workdir, token_counts=None):
   """The parameters trained from a fresh head (seed); train_inputs are on the devices.
+
+  With `token_counts` (each training example's non-padding tokens) and config.length_multiple,
+  each step's batch is cut to its own longest example (step_lengths); otherwise every batch has
+  the training set's length.
 
   Resumes from the seed's checkpoint in `workdir` where there is one: its state holds the step,
   and the step's batch and dropout key are functions of (seed, step), so a resumed seed trains
@@ -171,8 +189,12 @@ def train_seed(config, seed, start, model, compiled, train_inputs, total_steps, 
   state = jax.device_put(pretrain.TrainState(
       step=np.zeros([], np.int32), params=params, opt_state=compiled.optimizer.init(params),
       rng=jax.random.fold_in(jax.random.PRNGKey(seed), 1)), compiled.replicated)
-  order = jax.device_put(batch_order(len(train_inputs['input_ids']), config.batch_size,
-                                     total_steps, seed), compiled.order_sharding)
+  host_order = batch_order(len(train_inputs['input_ids']), config.batch_size, total_steps, seed)
+  order = jax.device_put(host_order, compiled.order_sharding)
+  multiple = config.get('length_multiple', 0)
+  lengths = ([None] * total_steps if token_counts is None or not multiple else
+             [int(n) for n in step_lengths(token_counts, host_order, multiple,
+                                           train_inputs['input_ids'].shape[1])])
   manager = seed_manager(workdir, seed)
   try:  # Orbax's background threads must be shut down on every way out, errors included.
     # A seed keeps one checkpoint: if it is damaged, the seed can only start over.
@@ -184,7 +206,7 @@ def train_seed(config, seed, start, model, compiled, train_inputs, total_steps, 
     window, skipped, started = [], [], time.perf_counter()
     watch = nonfinite.start()
     for step in range(first_step, total_steps):
-      state, loss, bad = compiled.step(state, train_inputs, order)
+      state, loss, bad = compiled.step(state, train_inputs, order, lengths[step])
       watch = nonfinite.watch(watch, bad, state.step)
       window.append(loss)
       skipped.append(bad)
@@ -215,10 +237,10 @@ def train_seed(config, seed, start, model, compiled, train_inputs, total_steps, 
 
 
 def fine_tune_seed(config, task, seed, start, model, compiled, train_inputs, eval_inputs,
-                   total_steps, schedule, log, workdir):
+                   total_steps, schedule, log, workdir, token_counts=None):
   """Trains from a fresh head (seed) and returns (dev metrics by split, test predictions)."""
   params = train_seed(config, seed, start, model, compiled, train_inputs, total_steps,
-                      schedule, log, workdir)
+                      schedule, log, workdir, token_counts)
   predict_fn, batch_sharding = compiled.predict, compiled.batch_sharding
   scores, test_predictions = {}, {}
   for name, (inputs, labels) in eval_inputs['dev'].items():
@@ -330,6 +352,8 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   shapes = model_lib.param_shapes(model, config.max_seq_length)
   optimizer = optim.make_optimizer(config, shapes, start.model.num_layers, total_steps)
   compiled = compile_steps(model, optimizer, task.is_regression, pretrain.make_mesh())
+  width = train_inputs['input_ids'].shape[1]
+  token_counts = features.token_counts(train_inputs['input_ids'])
   train_inputs = jax.device_put(train_inputs, compiled.replicated)  # once, for every seed
   schedule = optim.learning_rate_schedule(config, total_steps)
   logging.info('%s from %s: %d training examples (%d used, %d with swapped pairs), %d steps of '
@@ -341,7 +365,7 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   started = time.perf_counter()
   outcomes = for_each_seed(config, workdir, total_steps, lambda seed, log: fine_tune_seed(
       config, task, seed, start, model, compiled, train_inputs, eval_inputs, total_steps,
-      schedule, log, workdir))
+      schedule, log, workdir, token_counts))
   per_seed = {seed: scores for seed, (scores, _) in outcomes.items()}
   predictions = {seed: test for seed, (_, test) in outcomes.items()}
   budget = {'train_examples': used, 'train_pairs_with_swaps': len(train_set),
@@ -350,5 +374,7 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
             'seconds': round(time.perf_counter() - started, 1)}
   summary = results.write(workdir, task, config, start.description, budget, per_seed,
                           predictions, data.test)
-  pretrain.check_compiled_once(compiled.step)
+  # One program per batch length: at most one per multiple up to the set's length.
+  multiple = config.length_multiple
+  pretrain.check_compiled_once(compiled.step, -(-width // multiple) if multiple else 1)
   return summary

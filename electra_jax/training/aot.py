@@ -146,7 +146,7 @@ def lower_finetune_step(config: ml_collections.ConfigDict, devices, num_examples
   order = jax.ShapeDtypeStruct((total_steps, config.batch_size), jnp.int64
                                if jax.config.jax_enable_x64 else jnp.int32,
                                sharding=compiled.order_sharding)
-  return compiled.step.lower(state, inputs, order), state, {'inputs': inputs, 'order': order}
+  return compiled.step.lower(state, inputs, order, None), state, {'inputs': inputs, 'order': order}
 
 
 # --- Reading the compiled program: training/compiled_program.py. ---

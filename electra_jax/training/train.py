@@ -183,16 +183,18 @@ def compile_steps(config, model, optimizer, mesh, special=objective.SpecialIds()
   return train, evaluate, replicated, batch_sharding
 
 
-def check_compiled_once(step):
-  """Raises if the jitted `step` holds more than one compiled program.
+def check_compiled_once(step, allowed: int = 1):
+  """Raises if the jitted `step` holds more than `allowed` compiled programs.
 
-  Every step must reuse step 1's program. A second one means an input changed shape, dtype or
-  sharding between steps: each such change costs a full compilation and keeps another program.
-  A step never run (a fine-tuning run resumed at its end) holds none, which is as it should be.
+  Every step must reuse step 1's program (fine-tuning: the program of its batch length, so one
+  per length). Another means an input changed shape, dtype or sharding between steps: each such
+  change costs a full compilation and keeps another program. A step never run (a fine-tuning
+  run resumed at its end) holds none, which is as it should be.
   """
   compiled = step._cache_size()  # pylint: disable=protected-access
-  if compiled > 1:
-    raise RuntimeError(f'the train step was compiled {compiled} times; it must compile once '
+  if compiled > allowed:
+    once = 'once' if allowed == 1 else f'at most {allowed} times (once per batch length)'
+    raise RuntimeError(f'the train step was compiled {compiled} times; it must compile {once} '
                        '(an input changed shape, dtype or sharding between steps)')
 
 
