@@ -9,9 +9,9 @@ setting with the better median is that start's score, and both are reported.
 
 import json
 import os
-import statistics
 
 import ml_collections
+import transfer_plots
 
 from electra_jax.core import flops
 from electra_jax.core.errors import UsageError
@@ -301,8 +301,9 @@ def markdown(results: dict) -> str:
         if final else 'not run'
     lines.append(f'- {LABELS[objective]}, {shown}')
   lines += ['', f"Wall time of the parts (each on its share of the cores): data "
-            f"{format_duration(wall.get('data', 0))}, pretraining {format_duration(wall['pretrain'])}"
-            f", fine-tuning {format_duration(wall['finetune'])}. The whole study: "
+            f"{format_duration(wall.get('data', 0))}, pretraining "
+            f"{format_duration(wall['pretrain'])}, fine-tuning "
+            f"{format_duration(wall['finetune'])}. The whole study: "
             f"{format_duration(wall['total'])}.", '',
             '![pretraining curves](pretraining_curves.png)', '',
             '![fine-tuning scores](finetune_scores.png)', '']
@@ -346,56 +347,6 @@ def table5(best: dict, objectives: list[str], beside: dict | None = None) -> lis
   return lines
 
 
-# ---------------------------------------------------------------- plots
-
-
-def plot_pretraining(results: dict, path: str):
-  import matplotlib  # pylint: disable=g-import-not-at-top  (benchmark-only dependency)
-  matplotlib.use('Agg')
-  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-  for ax, key, title in zip(axes, ('eval_mlm_accuracy', 'eval_disc_auc'),
-                            ('held-out MLM accuracy', 'held-out discriminator AUC')):
-    for objective in results['settings']['objectives']:
-      curve = [m for m in ((results['pretraining'][objective] or {}).get('eval_curve') or [])
-               if key in m]
-      if curve:
-        ax.plot([m['flops'] for m in curve], [m[key] for m in curve], marker='o', markersize=3,
-                label=LABELS[objective])
-    ax.set(title=title, xlabel='pretraining FLOPs')
-    ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-      ax.legend()
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
-
-
-def plot_finetuning(results: dict, path: str):
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use('Agg')
-  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
-  panels = [('SST-2', 'accuracy'), ('MRPC', 'accuracy'), ('MRPC', 'f1')]
-  starts = list(results['finetuning'])
-  fig, axes = plt.subplots(1, len(panels), figsize=(12, 4))
-  fig.suptitle('fine-tuning: a dot per seed, a bar at the median')
-  for ax, (task, metric) in zip(axes, panels):
-    for x, start in enumerate(starts):
-      run = results['finetuning'][start][task]
-      if run is None:
-        continue
-      values = [100 * s[metric] for s in run['seeds'].values()]
-      ax.scatter([x] * len(values), values, alpha=0.7)
-      ax.hlines(statistics.median(values), x - 0.3, x + 0.3, color='black')
-    ax.set_xticks(range(len(starts)), [label(s).replace(', ', '\n') for s in starts],
-                  fontsize=8)
-    ax.set(title=f'{task} dev {metric}')
-    ax.grid(axis='y', alpha=0.3)
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
-
-
 def write_report(out: str, plan: dict, state: dict, args: dict) -> list[str]:
   """Writes results.json, results.md and the plots into `out`; returns their names."""
   results = summarize(out, plan, state, args)
@@ -405,6 +356,10 @@ def write_report(out: str, plan: dict, state: dict, args: dict) -> list[str]:
     f.write('\n')
   with open(os.path.join(out, names[1]), 'w') as f:
     f.write(markdown(results))
-  plot_pretraining(results, os.path.join(out, names[2]))
-  plot_finetuning(results, os.path.join(out, names[3]))
+  objectives = results['settings']['objectives']
+  transfer_plots.plot_pretraining(results['pretraining'], {o: LABELS[o] for o in objectives},
+                                  os.path.join(out, names[2]))
+  transfer_plots.plot_finetuning(results['finetuning'],
+                                 {s: label(s) for s in results['finetuning']},
+                                 os.path.join(out, names[3]))
   return names

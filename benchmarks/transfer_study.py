@@ -24,11 +24,11 @@ with the paper's Table 5.
 pretraining runs first, and each fine-tuning run (the longest first) as soon as a share is free
 and its encoder has finished pretraining, so a core that one pretraining run leaves is not idle
 while another still runs. Whatever has finished is then summarised in DIR/results.json,
-DIR/results.md and two plots (see
-transfer_report.py). Each part's output goes to DIR/logs/<part>.log; the console gets a line as
-each part starts and one with its wall time as it ends. DIR/state.json keeps each finished part's
-command and wall time, and the study's own wall time (the sum of the invocations that ran
-something), which with --jobs > 1 is less than the parts' sum.
+DIR/results.md and two plots (see transfer_report.py and transfer_plots.py). Each part's output
+goes to DIR/logs/<part>.log; the console gets a line as each part starts and one with its wall
+time as it ends. DIR/state.json keeps each finished part's command and wall time, and the
+study's own wall time (the sum of the invocations that ran something), which with --jobs > 1 is
+less than the parts' sum.
 """
 
 import argparse

@@ -21,11 +21,11 @@ TASKS = ('SST-2', 'MRPC')
 
 
 def load_report():
-  spec = importlib.util.spec_from_file_location('transfer_report',
-                                                REPO / 'benchmarks' / 'transfer_report.py')
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  sys.path.insert(0, str(REPO / 'benchmarks'))  # for the modules it imports beside it
+  try:
+    return importlib.import_module('transfer_report')
+  finally:
+    sys.path.pop(0)
 
 
 def load_study():

@@ -42,6 +42,17 @@ def encode(examples: Examples, vocab, max_seq_length: int) -> dict[str, np.ndarr
   return {'input_ids': input_ids, 'segment_ids': segment_ids}
 
 
+def round_up(n, multiple: int):
+  """n (an int or an integer array) rounded up to a multiple of `multiple`."""
+  return -(-n // multiple) * multiple
+
+
+def token_counts(input_ids: np.ndarray) -> np.ndarray:
+  """[N] each row's length up to its last non-padding token (padding, id 0, is at the end)."""
+  positions = np.arange(1, input_ids.shape[1] + 1)
+  return np.max(np.where(input_ids != 0, positions, 0), axis=1)
+
+
 def trim_padding(inputs: dict[str, np.ndarray], multiple: int = 8) -> dict[str, np.ndarray]:
   """The [N, L] inputs without the trailing columns that are padding in every row (rounded up to
   a multiple of `multiple`, kind to vector units).
@@ -49,15 +60,8 @@ def trim_padding(inputs: dict[str, np.ndarray], multiple: int = 8) -> dict[str, 
   Attention adds -10000 to the logits of padding, so exp gives them exactly 0: the tokens'
   outputs are those of the full length, and each step costs what the longest example needs
   (SST-2's training set at max_seq_length 128 and a 4,096-piece vocabulary: 96 columns)."""
-  used = np.flatnonzero(np.any(inputs['input_ids'] != 0, axis=0))
-  length = -(-(used[-1] + 1 if used.size else 1) // multiple) * multiple
+  length = round_up(max(int(token_counts(inputs['input_ids']).max(initial=0)), 1), multiple)
   return {name: values[:, :length] for name, values in inputs.items()}
-
-
-def token_counts(input_ids: np.ndarray) -> np.ndarray:
-  """[N] each row's length up to its last non-padding token (padding, id 0, is at the end)."""
-  positions = np.arange(1, input_ids.shape[1] + 1)
-  return np.max(np.where(input_ids != 0, positions, 0), axis=1)
 
 
 def with_swapped_pairs(examples: Examples) -> Examples:

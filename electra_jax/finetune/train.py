@@ -62,7 +62,7 @@ def step_lengths(token_counts: np.ndarray, order: np.ndarray, multiple: int,
   `multiple`, at most `width` (the examples' own). Every batch length is one compiled program,
   so the multiple bounds their number."""
   longest = token_counts[order].max(axis=1)
-  return np.minimum(-(-longest // multiple) * multiple, width).astype(np.int64)
+  return np.minimum(features.round_up(longest, multiple), width).astype(np.int64)
 
 
 def train_step(state, inputs, order, length, *, loss_of, optimizer):
