@@ -1,7 +1,7 @@
 """benchmarks/transfer_study.py: the whole study at toy scale on real files, a re-run that skips
 everything, and the acceptance checks' arithmetic."""
 
-import importlib.util
+import importlib
 import json
 import subprocess
 import sys
@@ -20,20 +20,20 @@ STARTS = ('electra', 'electra_no_decay', 'mlm', 'mlm_no_decay', 'random', 'rando
 TASKS = ('SST-2', 'MRPC')
 
 
-def load_report():
+def load_benchmark(name: str):
   sys.path.insert(0, str(REPO / 'benchmarks'))  # for the modules it imports beside it
   try:
-    return importlib.import_module('transfer_report')
+    return importlib.import_module(name)
   finally:
     sys.path.pop(0)
+
+
+def load_report():
+  return load_benchmark('transfer_report')
 
 
 def load_study():
-  sys.path.insert(0, str(REPO / 'benchmarks'))  # for the modules it imports beside it
-  try:
-    return importlib.import_module('transfer_study')
-  finally:
-    sys.path.pop(0)
+  return load_benchmark('transfer_study')
 
 
 def summary(scores: list[float]) -> dict:
