@@ -70,8 +70,8 @@ def similarities(table: np.ndarray, vocab) -> dict:
   rng = np.random.default_rng(RANDOM_SEED)
   ordinary = np.arange(vocab.size // 20, vocab.size)  # past the specials and the bytes
   randoms = [(None, None, *rng.choice(ordinary, 2, replace=False)) for _ in range(RANDOM_PAIRS)]
-  result = {'random': {'mean': float(cosines(table, randoms).mean()),
-                       'sd': float(cosines(table, randoms).std())}}
+  spread = cosines(table, randoms)
+  result = {'random': {'mean': float(spread.mean()), 'sd': float(spread.std())}}
   for name, pairs in (('opposites', OPPOSITES), ('synonyms', SYNONYMS)):
     kept = whole_words(pairs, vocab)
     values = cosines(table, kept)
@@ -93,8 +93,6 @@ def main(argv=None):
     pretrained = init.from_run(run_dir, args.step or None)
     random = init.Start(pretrained.model, pretrained.vocab, None, 'random initialisation')
     for name, start in ((run_dir, pretrained), (f'{run_dir} at random init', random)):
-      if name in results:
-        continue
       found = similarities(word_table(start), start.vocab)
       results[name] = {'start': start.description, **found}
       print(f'{name}: opposites {found["opposites"]["mean"]:+.3f}, synonyms '
