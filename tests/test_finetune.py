@@ -404,6 +404,31 @@ def test_a_checkpoint_that_does_not_fit_is_refused(files, pretraining_run):
     init.initial_params(model_lib.Classifier(wider, 2), start, 0, 32)
 
 
+def test_reinit_draws_the_named_parts_as_random_init_does_and_keeps_the_rest(files,
+                                                                            pretraining_run):
+  workdir, pretrained = pretraining_run
+  config = finetune_config(task='mrpc', init_from=str(workdir), data_dir=str(files[1]))
+  start = init.load_start(config)
+  model = model_lib.Classifier(start.model, 2)
+  random_start = init.Start(start.model, start.vocab, None, 'random')
+  fresh = init.initial_params(model, random_start, 5, 32)  # random init's draw for seed 5
+  mixed = init.initial_params(model, init.with_reinit(start, 'embeddings, layer_1'), 5, 32)
+  drawn = {('embeddings',), ('discriminator', 'embeddings_project'),
+           ('discriminator', 'layer_1'), ('classifier',)}
+  for path, leaf in jax.tree_util.tree_flatten_with_path(mixed)[0]:
+    keys = tuple(k.key for k in path)
+    source = fresh if any(keys[:len(d)] == d for d in drawn) else pretrained
+    np.testing.assert_array_equal(leaf, _get(source, path), err_msg=str(keys))
+  assert start.model.embedding_size != start.model.hidden_size  # so embeddings_project exists
+  assert init.with_reinit(start, 'layer_0').description.endswith('(step 7), layer_0 drawn afresh')
+  assert init.with_reinit(start, '') is start
+  with pytest.raises(UsageError, match=r"reinit='layer_2'.*layer_2 is not a part of this "
+                                       r'2-layer encoder; use .* embeddings, layer_0, layer_1'):
+    init.with_reinit(start, 'layer_2')
+  with pytest.raises(UsageError, match=r"init_from is ''"):
+    init.with_reinit(random_start, 'embeddings')
+
+
 def test_random_init_regression(files, tmp_path):
   root, glue, vocab_size = files
   config = finetune_config(task='STS-B', data_dir=str(glue), vocab=str(root / 'vocab.txt'),

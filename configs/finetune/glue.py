@@ -23,6 +23,10 @@ def get_config():
   # With init_from a pretraining run: the checkpoint of this step (one the run kept), so that
   # any point of a run can be fine-tuned; 0 = the latest.
   c.init_step = 0
+  # Parts of the pretrained encoder to draw afresh from each seed instead, comma-separated:
+  # 'embeddings' (all below the first layer) and 'layer_N' (0 = the bottom layer). '' = none.
+  # For measuring what a task takes from pretraining, or re-drawing the top layers.
+  c.reinit = ''
   c.seeds = '0'                # comma-separated seeds; each is reported, and the median
   c.size = 'auto'              # 'small', 'base' or 'large' recipe; 'auto' = from hidden_size
 

@@ -32,6 +32,7 @@ class Start(NamedTuple):
   vocab: Any                         # vocab.Vocab or wordpiece.WordPieceVocab
   params: dict[str, Any] | None      # ENCODER subtrees (numpy); None = random initialisation
   description: str                   # for logs and results.json
+  reinit: tuple[str, ...] = ()       # parts of the pretrained encoder drawn afresh (with_reinit)
 
 
 def is_run(path: str) -> bool:
@@ -102,12 +103,52 @@ def check_fits(pretrained: dict[str, Any], wanted: dict[str, Any], description: 
                      f'{problems}')
 
 
+def with_reinit(start: Start, reinit: str) -> Start:
+  """`start` with config.reinit's parts ('embeddings', 'layer_N', comma-separated) drawn afresh
+  from each fine-tuning seed instead of taken from pretraining.
+
+  'embeddings' is everything below the first transformer layer (the word, position and segment
+  tables, their LayerNorm and the projection to the hidden width); 'layer_N' is the N-th
+  transformer layer, 0 the bottom one."""
+  parts = tuple(part.strip() for part in reinit.split(',') if part.strip())
+  if not parts:
+    return start
+  known = ('embeddings', *(f'layer_{i}' for i in range(start.model.num_layers)))
+  unknown = [part for part in parts if part not in known]
+  if unknown:
+    raise UsageError(f'config.reinit={reinit!r}: {", ".join(unknown)} is not a part of this '
+                     f'{start.model.num_layers}-layer encoder; use a comma-separated subset of '
+                     f'{", ".join(known)}')
+  if start.params is None:
+    raise UsageError(f'config.reinit={reinit!r} re-draws parts of a pretrained encoder, but '
+                     "config.init_from is '' (random initialisation, where every part is drawn "
+                     "already); set init_from, or leave reinit ''")
+  return start._replace(reinit=parts,
+                        description=f'{start.description}, {", ".join(parts)} drawn afresh')
+
+
 def initial_params(model: model_lib.Classifier, start: Start, seed: int,
                    max_seq_length: int) -> dict[str, Any]:
-  """A fresh head (and, for random init, encoder) from `seed`, with the pretrained encoder."""
+  """A fresh head (and, for random init, encoder) from `seed`, with the pretrained encoder.
+
+  The parts in start.reinit (with_reinit) keep their fresh draw from `seed` instead of the
+  pretrained values: which part of pretraining a task gains from, or loses by, is then a
+  measurement (and re-drawing the top layers is a fine-tuning method of its own)."""
   params = jax.device_get(model_lib.init_params(model, jax.random.PRNGKey(seed),
                                                 max_seq_length))
   if start.params is None:
     return params
   check_fits(start.params, params, start.description)
-  return {**params, **{k: jax.tree.map(np.asarray, start.params[k]) for k in ENCODER}}
+  fresh = params
+  params = {**params, **{k: jax.tree.map(np.asarray, start.params[k]) for k in ENCODER}}
+  if start.reinit:
+    params['discriminator'] = dict(params['discriminator'])
+  for part in start.reinit:
+    if part == 'embeddings':
+      params['embeddings'] = fresh['embeddings']
+      if 'embeddings_project' in fresh['discriminator']:  # only where E != H
+        params['discriminator']['embeddings_project'] = (
+            fresh['discriminator']['embeddings_project'])
+    else:
+      params['discriminator'][part] = fresh['discriminator'][part]
+  return params

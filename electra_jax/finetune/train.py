@@ -332,7 +332,7 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   task = tasks.get_task(config.task)
   settings.parse_seeds(config.seeds)
   cpu_threefry.unroll_on_cpu()  # the same dropout masks, for less CPU time
-  start = init.load_start(config)
+  start = init.with_reinit(init.load_start(config), config.get('reinit', ''))
   config = settings.resolve(config, task, start.model, jax.device_count())
   data = glue_data.load(task, config.data_dir, config.tfds_name, config.tfds_data_dir,
                         config.predict_test)
