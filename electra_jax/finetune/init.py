@@ -140,9 +140,8 @@ def initial_params(model: model_lib.Classifier, start: Start, seed: int,
     return params
   check_fits(start.params, params, start.description)
   fresh = params
-  params = {**params, **{k: jax.tree.map(np.asarray, start.params[k]) for k in ENCODER}}
-  if start.reinit:
-    params['discriminator'] = dict(params['discriminator'])
+  params = {**fresh, **{k: jax.tree.map(np.asarray, start.params[k]) for k in ENCODER}}
+  params['discriminator'] = dict(params['discriminator'])  # fresh's own dict stays as drawn
   for part in start.reinit:
     if part == 'embeddings':
       params['embeddings'] = fresh['embeddings']
