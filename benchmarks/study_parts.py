@@ -96,6 +96,29 @@ def usable_cores() -> list[int]:
   return list(range(os.cpu_count() or 1))
 
 
+def jax_backend() -> str:
+  """The platform JAX gives a part here ('cpu', 'gpu', 'tpu'), honouring JAX_PLATFORMS.
+
+  Asked of a child process: a parent that started JAX itself would hold the accelerator that its
+  parts need.
+  """
+  probe = subprocess.run([sys.executable, '-c', 'import jax; print(jax.default_backend())'],
+                         capture_output=True, text=True, env=dict(os.environ))
+  lines = probe.stdout.split()
+  if probe.returncode or not lines:
+    raise RuntimeError(f'could not ask JAX for its platform:\n{probe.stderr[-2000:]}')
+  return lines[-1]
+
+
+def default_jobs(backend: str, cores: int) -> int:
+  """Parts at once when the user names no number: one per CPU core (at most 8) on a CPU host.
+
+  On a GPU or TPU one: a process takes the whole accelerator (a TPU's chips open in one process
+  only; JAX preallocates most of a GPU's memory), so parts run one after another.
+  """
+  return min(cores, 8) if backend == 'cpu' else 1
+
+
 def run_all(parts: dict, jobs: int):
   """Runs parts, {name: (part, names of the parts it needs)}, `jobs` at a time.
 

@@ -20,7 +20,8 @@ electra_15, replace_mlm and all_tokens_mlm too), each at the FLOPs of ELECTRA's 
 --no-random_init leaves out the random-init starts. --beside=DIR puts the objectives of the study
 in DIR (run with the same settings, checked before anything runs) into this one's comparison
 with the paper's Table 5.
---jobs runs that many parts at once, each pinned to its own share of the CPU cores: the
+--jobs runs that many parts at once (by default one per core on a CPU host, one at a time on a GPU
+or TPU, which one process holds whole), each pinned to its own share of the CPU cores: the
 pretraining runs first, and each fine-tuning run (the longest first) as soon as a share is free
 and its encoder has finished pretraining, so a core that one pretraining run leaves is not idle
 while another still runs. Whatever has finished is then summarised in DIR/results.json,
@@ -81,7 +82,7 @@ def parse_args(argv=None):
                       help="0 = the recipe's (3); less is for tests")
   parser.add_argument('--jobs', type=int, default=0,
                       help='parts run at once, each on its own cores; 0 = one per CPU core '
-                      '(at most 8)')
+                      '(at most 8) on a CPU host, 1 where JAX finds a GPU or TPU')
   parser.add_argument('--objectives', default='electra,mlm',
                       help='comma-separated config.objective values to pretrain, each at the '
                       "FLOPs of ELECTRA's run, and fine-tune; add electra_15, replace_mlm or "
@@ -101,7 +102,8 @@ def parse_args(argv=None):
                       help='comma-separated: pretrain, finetune (the report is always written)')
   args = parser.parse_args(argv)
   args.parts = [p for p in args.parts.split(',') if p]
-  args.jobs = args.jobs or min(len(study_parts.usable_cores()), 8)
+  if not args.jobs:
+    args.jobs = study_parts.default_jobs(study_parts.jax_backend(), len(study_parts.usable_cores()))
   unknown = set(args.parts) - {'pretrain', 'finetune'}
   if unknown:
     raise UsageError(f"--parts={','.join(args.parts)}: unknown {', '.join(sorted(unknown))}; "

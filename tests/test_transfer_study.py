@@ -231,6 +231,19 @@ def test_a_study_beside_joins_the_table5_comparison_only_with_the_same_settings(
   assert lines[-1].startswith('† from the study in `DIR`')
 
 
+def test_parts_run_one_at_a_time_on_an_accelerator(monkeypatch):
+  """By default a part per core on a CPU host, but one part at a time where JAX finds a GPU or
+  TPU: a second process could not open a TPU's chips, nor fit beside another's GPU memory."""
+  study = load_study().study_parts
+  assert [study.default_jobs('cpu', n) for n in (1, 2, 16)] == [1, 2, 8]
+  assert study.default_jobs('gpu', 16) == 1 and study.default_jobs('tpu', 96) == 1
+  monkeypatch.setenv('JAX_PLATFORMS', 'cpu')  # asked of a child process, which reads it
+  assert study.jax_backend() == 'cpu'
+  monkeypatch.setenv('JAX_PLATFORMS', 'no_such_platform')
+  with pytest.raises(RuntimeError, match='could not ask JAX for its platform'):
+    study.jax_backend()
+
+
 def test_a_part_starts_as_soon_as_what_it_needs_has_ended():
   """--jobs=2: the fine-tuning of the run that finished first goes on the core it left while
   the other run still pretrains; a failure starts nothing that needs it and is raised."""
