@@ -21,10 +21,13 @@ def get_config():
   # beside other jobs. Against batch 32 for 6,000 steps (7.9e13 FLOPs, the first study), the
   # same held-out AUC (0.744 against 0.737), and fine-tuned from it MRPC went from 66.4 to 70.3,
   # the first start to beat random init there on every seed, while SST-2 at the recipe's decay
-  # fell from 77.9 to 74.8 (77.2 with no decay; docs/transfer_study.md). It is the batch, not
-  # the FLOPs: batch 32 for 7,500 steps (the same tokens) scored MRPC 67.2 (AUC 0.740). Twice the
-  # updates per token did not bring the discriminator's breakthrough forward (batch 32 breaks
-  # out at ~9,500 steps of a longer schedule; batch 16 stayed on the plateau through 15,000).
+  # fell from 77.9 to 74.8 (77.2 with no decay; docs/transfer_study.md). Batch 32 for 7,500
+  # steps (the same tokens) scored MRPC 67.2 (AUC 0.740), but so did batch 16 with seed 1
+  # (SST-2 76.4): the pretraining seed alone moves MRPC by 3 points, so the batch's share is not
+  # known. Twice the updates per token did not bring the discriminator's breakthrough forward
+  # (batch 32 breaks out at ~9,500 steps of a longer schedule; batch 16 stayed on the plateau
+  # through 15,000); length 64 at batch 32 breaks out at ~6,500, yet transfers no better (SST-2
+  # 78.2, MRPC 67.2).
   c.batch_size = 16
   c.max_seq_length = 128
   c.num_train_steps = 15000
