@@ -15,6 +15,7 @@ import threading
 import time
 
 from finetune_glue import REPO  # where parts run: each is `python -m electra_jax.<program>`
+from electra_jax.core.errors import UsageError
 from electra_jax.training.report import format_duration
 
 
@@ -103,10 +104,12 @@ def jax_backend() -> str:
   parts need.
   """
   probe = subprocess.run([sys.executable, '-c', 'import jax; print(jax.default_backend())'],
-                         capture_output=True, text=True, env=dict(os.environ))
+                         capture_output=True, text=True)
   lines = probe.stdout.split()
   if probe.returncode or not lines:
-    raise RuntimeError(f'could not ask JAX for its platform:\n{probe.stderr[-2000:]}')
+    last = (probe.stderr.strip().splitlines() or ['no output'])[-1]
+    raise UsageError(f'JAX could not start to say which platform the parts get ({last}); check '
+                     'JAX_PLATFORMS and the jax install, or pass --jobs=N to skip asking')
   return lines[-1]
 
 
