@@ -48,6 +48,7 @@ def predict_fn(params, batch, *, model):
   return jnp.argmax(logits, axis=-1).astype(jnp.int32)
 
 
+@cpu_threefry.in_line_on_cpu()  # the same dropout masks, for less CPU time
 def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Fine-tunes every seed of `config` on CoNLL-2000; writes DIR/results.json and predictions."""
   if config.tag_encoding not in chunk_data.ENCODINGS:
@@ -57,7 +58,6 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
     raise UsageError('chunk reads the CoNLL-2000 files: pass --config.data_dir=DIR holding '
                      f'{config.train_file} and {config.eval_file}')
   settings.parse_seeds(config.seeds)
-  cpu_threefry.unroll_on_cpu()  # the same dropout masks, for less CPU time
   start = init.load_start(config)
   config = settings.resolve(config, TASK, start.model, jax.device_count())
   train_set = chunk_data.read(os.path.join(config.data_dir, config.train_file),

@@ -87,12 +87,12 @@ def output_files(task: QATask, found: squad_predict.Answers, threshold: float) -
   return files
 
 
+@cpu_threefry.in_line_on_cpu()  # the same dropout masks, for less CPU time
 def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Fine-tunes every seed of `config` on its SQuAD task; writes DIR/results.json and answers."""
   task = get_task(config.task)
   check(config)
   settings.parse_seeds(config.seeds)
-  cpu_threefry.unroll_on_cpu()  # the same dropout masks, for less CPU time
   start = init.load_start(config)
   config = settings.resolve(config, task, start.model, jax.device_count())
   train_set, dev_set = read_sets(config, task)

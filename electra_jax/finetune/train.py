@@ -327,11 +327,11 @@ def prepare_workdir(config, workdir: str):
   config_lib.save_config(config, workdir)
 
 
+@cpu_threefry.in_line_on_cpu()  # the same dropout masks, for less CPU time
 def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Fine-tunes every seed of `config` on its task; writes DIR/results.json and submissions."""
   task = tasks.get_task(config.task)
   settings.parse_seeds(config.seeds)
-  cpu_threefry.unroll_on_cpu()  # the same dropout masks, for less CPU time
   start = init.with_reinit(init.load_start(config), config.get('reinit', ''))
   config = settings.resolve(config, task, start.model, jax.device_count())
   data = glue_data.load(task, config.data_dir, config.tfds_name, config.tfds_data_dir,
