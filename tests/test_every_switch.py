@@ -33,6 +33,7 @@ SWITCHES = {  # 'electra' with embedding_sharing 'shared' is what tests/test_mai
     'sharing_all': {'embedding_sharing': 'all', 'model.generator_hidden_size': 1.0},
     'sharing_gdes': {'embedding_sharing': 'gdes'},
     'unigram_generator': {'generator_kind': 'unigram'},
+    'temperature_schedule': {'temperature_start': 2.0},
 }
 # Metrics each switch logs beyond loss, and ones it must not (its networks cannot make them).
 RTD = {'disc_loss', 'disc_auc', 'disc_accuracy', 'replaced_fraction'}
@@ -122,6 +123,11 @@ def test_each_switch_trains_logs_its_metrics_and_resumes(switch_run):
     for m in trains.values():
       expected = m['mlm_loss'] + m['disc_mlm_loss'] + m.get('copy_loss', 0.0)
       assert m['loss'] == pytest.approx(expected, rel=1e-5)
+  if name == 'temperature_schedule':  # from 2.0 at step 0 to config.temperature (1.0) at 30
+    assert {s: m['temperature'] for s, m in trains.items()} == pytest.approx(
+        {s: 2.0 - (s - 1) / STEPS for s in trains})
+  else:
+    assert not any('temperature' in m for m in trains.values())
   steps = sorted(int(p.name) for p in (workdir / 'checkpoints').iterdir())
   assert steps == [12, 18, 24, 30]  # every 12, and where each part ended
 

@@ -2,9 +2,12 @@
 
 import jax
 import numpy as np
+import pytest
 
 from conftest import load_config
-from electra_jax.core import model as model_lib, optim
+from electra_jax.core import config as config_lib, model as model_lib, optim
+from electra_jax.core.errors import UsageError
+from electra_jax.objective import masking
 from electra_jax.training import train
 from test_objective import packed_like_sequences
 
@@ -125,6 +128,72 @@ def test_mlm_step_on_4_devices_in_micro_batches_equals_one_device():
   initial = model_lib.init_params(train.make_model(config), init_rng, 32)
   kernel = lambda params: np.asarray(params['mlm_head']['dense']['kernel'])
   assert not np.allclose(kernel(initial), kernel(params_one))
+
+
+def test_temperature_schedule_samples_each_step_at_its_own_temperature():
+  """config.temperature_start: step s samples at start + (temperature - start) * s / steps.
+
+  A scheduled run must equal, step by step, runs at a fixed temperature that happens to be the
+  schedule's value at that step; and it must differ from the run at the final temperature, so
+  the schedule really was applied.
+  """
+  config = small_config(batch_size=8, num_train_steps=2, temperature=1.0, temperature_start=3.0)
+  config.model.num_layers = 1  # what is tested is the sampling around the network
+  config.model.dropout_rate = config.model.attention_dropout_rate = 0.0  # accumulation below
+  assert [float(masking.scheduled_temperature(config, s)) for s in (0, 1, 2, 5)] == [
+      3.0, 2.0, 1.0, 1.0]
+  batches = random_batches(2, 8)
+  mesh = train.make_mesh(jax.devices()[:1])
+  model, optimizer = train.make_model(config), optim.make_optimizer(config)
+
+  compiled = {}
+
+  def steps(configs):
+    """One step under each config in turn, from the same initial state."""
+    state, losses = None, []
+    for i, (step_config, batch) in enumerate(zip(configs, batches)):
+      if id(step_config) not in compiled:  # the config is kept, so its id is not reused
+        compiled[id(step_config)] = (step_config, train.compile_steps(step_config, model,
+                                                                      optimizer, mesh))
+      step, _, replicated, sharding = compiled[id(step_config)][1]
+      state = state or train.create_train_state(step_config, model, optimizer, replicated)
+      state, stats = step(state, {k: jax.device_put(v, sharding) for k, v in batch.items()},
+                          train.step_key(config, state.rng, i))
+      losses.append(float(stats['loss']))
+    return np.array(losses), jax.device_get(state.params)
+
+  def but(**fields):
+    changed = config.copy_and_resolve_references()
+    changed.update(fields)
+    return changed
+
+  fixed = lambda t: but(temperature=t, temperature_start=0.0)
+  scheduled_losses, scheduled = steps([config, config])
+  stepwise_losses, stepwise = steps([fixed(3.0), fixed(2.0)])
+  np.testing.assert_allclose(scheduled_losses, stepwise_losses, rtol=1e-6)
+  assert max(compare_params(scheduled, stepwise)) <= 1e-6
+  final_losses, _ = steps([fixed(1.0)] * 2)
+  assert not np.allclose(scheduled_losses, final_losses, rtol=1e-4)
+  # Micro-batches share the step's temperature.
+  accumulated_losses, accumulated = steps([but(grad_accum_steps=2)] * 2)
+  np.testing.assert_allclose(accumulated_losses, scheduled_losses, rtol=1e-5)
+  error, key_bias_error = compare_params(accumulated, scheduled)
+  assert error <= 1e-5 and key_bias_error < 1e-7
+
+
+def test_temperatures_that_cannot_be_sampled_at_are_refused():
+  config = config_lib.default_config()
+  config.data.train_files = 'x.txt'
+  config.temperature_start = 2.0
+  config_lib.validate(config, 1)
+  for fields, message in (({'temperature': 0.0}, 'temperature=0.0: .* must be > 0'),
+                          ({'temperature_start': -1.0}, 'temperature_start=-1.0: use 0'),
+                          ({'objective': 'mlm'}, "this run has none \\(objective 'mlm'"),
+                          ({'generator_kind': 'unigram'}, "generator_kind 'unigram'")):
+    changed = config.copy_and_resolve_references()
+    changed.update(fields)
+    with pytest.raises(UsageError, match=message):
+      config_lib.validate(changed, 1)
 
 
 def test_remat_changes_nothing_but_memory():

@@ -66,6 +66,11 @@ def default_config() -> ml_collections.ConfigDict:
   c.mask_prob = 0.15           # share of tokens to predict (0.25 for large)
   # Every objective with a generator (all but 'mlm').
   c.temperature = 1.0          # replacements are sampled from softmax(logits / temperature)
+  # > 0: a schedule that starts easy. The train step samples at this temperature at step 0 and
+  # moves linearly to `temperature` at num_train_steps (hotter samples are easier to tell apart,
+  # which keeps a small discriminator learning while its generator is still weak). Evaluation
+  # samples at `temperature`, the task the run ends on, so its curve measures one fixed task.
+  c.temperature_start = 0.0
   # How they are drawn: 'categorical' (jax.random.categorical: Gumbel noise on every vocabulary
   # entry, then an argmax) or 'inverse_cdf' (one uniform per slot looked up in the cumulative
   # softmax: the same distribution from ~1/V of the random numbers, other draws; ~7% faster
@@ -229,6 +234,22 @@ def check_generator_is_discriminator_sized(m: ml_collections.ConfigDict, why: st
         'intermediate_size / 4)')
 
 
+def check_temperatures(config: ml_collections.ConfigDict):
+  """The sampling temperature and its schedule (config.temperature_start) are usable."""
+  if not config.temperature > 0:
+    raise UsageError(f'config.temperature={config.temperature}: replacements are sampled from '
+                     'softmax(logits / temperature), so it must be > 0 (the paper samples at 1.0)')
+  start = config.get('temperature_start', 0.0)
+  if start < 0:
+    raise UsageError(f'config.temperature_start={start}: use 0 (no schedule: every step samples '
+                     'at config.temperature) or a temperature > 0 to start from')
+  if start > 0 and (config.objective == 'mlm' or config.get('generator_kind', 'mlm') == 'unigram'):
+    raise UsageError(f'config.temperature_start={start} schedules the temperature at which a '
+                     'generator network samples, and this run has none (objective '
+                     f"{config.objective!r}, generator_kind {config.get('generator_kind', 'mlm')!r}"
+                     '); leave temperature_start at 0')
+
+
 def validate(config: ml_collections.ConfigDict, num_devices: int):
   m = config.model
   if config.objective not in objective.OBJECTIVES:
@@ -267,6 +288,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int):
     if not 0 < two_stage_steps < config.num_train_steps:
       raise UsageError(f'config.two_stage_steps={two_stage_steps} must be between 0 and '
                        f'num_train_steps={config.num_train_steps}, so that both stages run')
+  check_temperatures(config)
   if config.dtype not in ('float32', 'bfloat16'):
     raise UsageError(f"config.dtype={config.dtype!r}: use 'float32' or 'bfloat16'")
   if config.get('sampler', 'categorical') not in masking.SAMPLERS:

@@ -72,8 +72,9 @@ def generate_and_discriminate(apply_fn, params, batch, prepared: Prepared, dropo
   mlm_loss = mlm.cross_entropy(gen_logits, masked, prepared.mlm_count)
 
   # Step 5: replacements sampled under stop_gradient.
-  sampled = masking.sample_replacements(prepared.sample_keys, gen_logits, config.temperature,
-                                       config.sampler)
+  sampled = masking.sample_replacements(
+      prepared.sample_keys, gen_logits, masking.sampling_temperature(prepared, config),
+      config.sampler)
 
   # Step 6: the discriminator's input and labels.
   fake_ids, labels = masking.replace_and_label(input_ids, masked, sampled)

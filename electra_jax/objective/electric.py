@@ -63,8 +63,9 @@ def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng,
                 / jnp.maximum(prepared.mlm_count, 1.0))
 
   at_selected = jnp.take_along_axis(cloze_logits, selected.positions[..., None], axis=1)
-  sampled = masking.sample_replacements(prepared.sample_keys, at_selected, config.temperature,
-                                       config.sampler)
+  sampled = masking.sample_replacements(
+      prepared.sample_keys, at_selected, masking.sampling_temperature(prepared, config),
+      config.sampler)
   noisy_ids, _ = masking.replace_and_label(input_ids, selected, sampled)
   labels = masking.scatter(jnp.zeros_like(input_ids), selected.positions,
                            jnp.ones_like(selected.positions), selected.weights > 0)

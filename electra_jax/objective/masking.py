@@ -38,6 +38,10 @@ class Prepared(NamedTuple):
   sample_keys: jax.Array | None  # [B] one key per sequence; None for objectives that don't sample
   mlm_count: jax.Array     # selected positions in the whole batch (the MLM mean's denominator)
   token_count: jax.Array   # non-padding tokens in the whole batch (the RTD mean's denominator)
+  # The step's sampling temperature where config.temperature_start schedules it (the train step
+  # sets it, `scheduled_temperature`); None: config.temperature. A whole-batch scalar, like the
+  # counts.
+  temperature: jax.Array | None = None
 
 
 def candidates(input_ids, special: SpecialIds = SpecialIds()):
@@ -136,6 +140,18 @@ def scatter(input_ids, positions, values, weights):
   rows = jnp.arange(input_ids.shape[0])[:, None]
   positions = jnp.where(weights, positions, input_ids.shape[1])
   return input_ids.at[rows, positions].set(values, mode='drop')
+
+
+def scheduled_temperature(config, step) -> jax.Array:
+  """The temperature of train step `step`: config.temperature_start at step 0, moving linearly
+  to config.temperature at config.num_train_steps (and staying there)."""
+  progress = jnp.minimum(jnp.asarray(step, jnp.float32) / max(config.num_train_steps, 1), 1.0)
+  return config.temperature_start + (config.temperature - config.temperature_start) * progress
+
+
+def sampling_temperature(prepared: Prepared, config) -> jax.Array | float:
+  """The temperature this batch's replacements are drawn at."""
+  return config.temperature if prepared.temperature is None else prepared.temperature
 
 
 SAMPLERS = ('categorical', 'inverse_cdf')

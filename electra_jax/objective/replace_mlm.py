@@ -37,8 +37,9 @@ def generate_and_replace(apply_fn, variables, batch, prepared: Prepared, gen_rng
   masked = prepared.masked
   gen_logits = apply_fn(variables, masked.input_ids, batch['segment_ids'], masked.positions,
                         not train, method='generate', rngs={'dropout': gen_rng})
-  sampled = masking.sample_replacements(prepared.sample_keys, gen_logits, config.temperature,
-                                       config.sampler)
+  sampled = masking.sample_replacements(
+      prepared.sample_keys, gen_logits, masking.sampling_temperature(prepared, config),
+      config.sampler)
   fake_ids, replaced = masking.replace_and_label(batch['input_ids'], masked, sampled)
   return gen_logits, sampled, fake_ids, replaced
 

@@ -28,6 +28,7 @@ _LINE_GROUPS = (
     (('mlm', 'mlm_loss', '.4f'), ('acc', 'mlm_accuracy', '.3f')),
     (('disc', 'disc_loss', '.4f'), ('acc', 'disc_accuracy', '.3f'), ('auc', 'disc_auc', '.3f')),
     (('replaced', 'replaced_fraction', '.3f'),),
+    (('temperature', 'temperature', '.3f'),),  # config.temperature_start's schedule
 )
 
 

@@ -122,6 +122,9 @@ def train_step(state: TrainState, batch, rng, *, model, optimizer, config, speci
   """
   prepared, dropout_rng = objective.draw(as_key(config, rng), batch['input_ids'], config,
                                          special)
+  if config.get('temperature_start', 0.0) > 0:
+    prepared = prepared._replace(
+        temperature=objective.masking.scheduled_temperature(config, state.step))
   params = state.params
   if two_stage.enabled(config):
     params = two_stage.start_discriminator(params, config, state.step)
@@ -134,14 +137,16 @@ def train_step(state: TrainState, batch, rng, *, model, optimizer, config, speci
   else:
     # Micro-batch i holds rows i, i + k, i + 2k, ...: a strided split keeps every micro-batch
     # spread over all devices (a contiguous one would live on a fraction of them). The counts
-    # stay whole-batch totals: they are the denominators of every micro-batch's share.
+    # stay whole-batch totals: they are the denominators of every micro-batch's share (and the
+    # temperature is the whole step's).
     split = lambda x: jnp.swapaxes(x.reshape((-1, steps) + x.shape[1:]), 0, 1)
-    per_example = prepared._replace(mlm_count=None, token_count=None)
+    per_example = prepared._replace(mlm_count=None, token_count=None, temperature=None)
     micro_batches = jax.tree.map(split, (batch, per_example))
 
     def micro_step(index, micro_batch, micro_prepared):
       micro_prepared = micro_prepared._replace(mlm_count=prepared.mlm_count,
-                                               token_count=prepared.token_count)
+                                               token_count=prepared.token_count,
+                                               temperature=prepared.temperature)
       (_, micro_stats), micro_grads = loss_and_grads(
           params, micro_batch, micro_prepared, jax.random.fold_in(dropout_rng, index))
       return micro_grads, micro_stats
@@ -335,6 +340,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
         # The rate of the last applied update (a skipped step leaves the schedule where it was).
         metrics['learning_rate'] = float(schedule(max(optim.applied_updates(state.opt_state) - 1,
                                                       0)))
+        if config.get('temperature_start', 0.0) > 0:  # the last step's (step done - 1)
+          metrics['temperature'] = float(objective.masking.scheduled_temperature(config, done - 1))
         metrics['tokens_per_s'] = window_steps * tokens_per_step / elapsed
         eta = (config.num_train_steps - done) * elapsed / window_steps
         writer.write(done, metrics, report.human_line(done, config.num_train_steps, metrics, eta))
