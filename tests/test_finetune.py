@@ -431,6 +431,31 @@ def test_reinit_draws_the_named_parts_as_random_init_does_and_keeps_the_rest(fil
     init.with_reinit(random_start, 'embeddings')
 
 
+def test_dropout_replaces_the_starts_rates_and_reaches_the_encoder(files, pretraining_run):
+  """config.dropout sets the encoder's hidden and attention dropout whatever the start ran with
+  (-1 keeps them): with every rate at 0, training mode no longer depends on its dropout key."""
+  workdir, pretrained = pretraining_run
+  base = dict(task='mrpc', init_from=str(workdir), data_dir=str(files[1]))
+  kept = init.load_start(finetune_config(**base))
+  assert kept.model.dropout_rate == kept.model.attention_dropout_rate == 0.1  # pretraining's
+  off = init.load_start(finetune_config(**base, dropout=0.0))
+  assert off.model.dropout_rate == off.model.attention_dropout_rate == 0.0
+  assert off.model.hidden_size == kept.model.hidden_size and kept.model.dropout_rate == 0.1
+  ids = jnp.asarray(np.arange(2 * 16).reshape(2, 16) % files[2])
+  segments = jnp.zeros_like(ids)
+
+  def logits(start, key):
+    model = model_lib.Classifier(start.model, 2, head_dropout_rate=0.0)
+    params = init.initial_params(model, start, 0, 16)
+    return model.apply({'params': params}, ids, segments, deterministic=False,
+                       rngs={'dropout': jax.random.PRNGKey(key)})
+
+  np.testing.assert_array_equal(logits(off, 1), logits(off, 2))
+  assert np.abs(logits(kept, 1) - logits(kept, 2)).max() > 1e-4
+  with pytest.raises(UsageError, match=r'config.dropout=1.0: use a rate in \[0, 1\), or -1'):
+    init.load_start(finetune_config(**base, dropout=1.0))
+
+
 def test_random_init_regression(files, tmp_path):
   root, glue, vocab_size = files
   config = finetune_config(task='STS-B', data_dir=str(glue), vocab=str(root / 'vocab.txt'),

@@ -53,6 +53,10 @@ def get_config():
   c.warmup_proportion = 0.1    # linear warmup over this share of the steps, x linear decay
   c.weight_decay = 0.01        # decoupled; not on LayerNorm parameters or biases
   c.head_dropout = 0.1         # on the [CLS] vector before the head
+  # The encoder's dropout (hidden and attention) while fine-tuning; -1 = the start's own, i.e.
+  # the rates its pretraining ran with (or its Hugging Face config's). Set 0.1 to fine-tune a
+  # network pretrained without dropout the way the recipe fine-tunes one pretrained with it.
+  c.dropout = -1.0
   c.adam_b1 = 0.9
   c.adam_b2 = 0.999
   c.adam_eps = 1e-6

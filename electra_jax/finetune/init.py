@@ -77,7 +77,25 @@ def random_start(model: ml_collections.ConfigDict, vocab_path: str) -> Start:
   return Start(ml_collections.ConfigDict(model.to_dict()), vocab, None, 'random initialisation')
 
 
+def with_dropout(start: Start, rate: float) -> Start:
+  """`start` with its encoder's hidden and attention dropout set to `rate`; a negative rate keeps
+  the start's own (those its pretraining ran with, or its Hugging Face config's)."""
+  if rate < 0:
+    return start
+  if rate >= 1:
+    raise UsageError(f'config.dropout={rate}: use a rate in [0, 1), or -1 to keep the '
+                     "pretrained encoder's own")
+  model = ml_collections.ConfigDict(start.model.to_dict())
+  model.update(dropout_rate=float(rate), attention_dropout_rate=float(rate))
+  return start._replace(model=model)
+
+
 def load_start(config: ml_collections.ConfigDict) -> Start:
+  """The start config.init_from names, with config.dropout applied (see with_dropout)."""
+  return with_dropout(_load_start(config), config.get('dropout', -1.0))
+
+
+def _load_start(config: ml_collections.ConfigDict) -> Start:
   path = config.init_from
   if not path:
     return random_start(config.model, config.vocab)
