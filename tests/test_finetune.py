@@ -452,8 +452,9 @@ def test_dropout_replaces_the_starts_rates_and_reaches_the_encoder(files, pretra
 
   np.testing.assert_array_equal(logits(off, 1), logits(off, 2))
   assert np.abs(logits(kept, 1) - logits(kept, 2)).max() > 1e-4
-  with pytest.raises(UsageError, match=r'config.dropout=1.0: use a rate in \[0, 1\), or -1'):
-    init.load_start(finetune_config(**base, dropout=1.0))
+  for bad in (1.0, -0.5, float('nan')):
+    with pytest.raises(UsageError, match=rf'config.dropout={bad}: use a rate in \[0, 1\), or -1'):
+      init.load_start(finetune_config(**base, dropout=bad))
 
 
 def test_random_init_regression(files, tmp_path):

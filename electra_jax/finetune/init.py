@@ -78,11 +78,11 @@ def random_start(model: ml_collections.ConfigDict, vocab_path: str) -> Start:
 
 
 def with_dropout(start: Start, rate: float) -> Start:
-  """`start` with its encoder's hidden and attention dropout set to `rate`; a negative rate keeps
-  the start's own (those its pretraining ran with, or its Hugging Face config's)."""
-  if rate < 0:
+  """`start` with its encoder's hidden and attention dropout set to `rate`; -1 keeps the
+  start's own (those its pretraining ran with, or its Hugging Face config's)."""
+  if rate == -1:
     return start
-  if rate >= 1:
+  if not 0 <= rate < 1:  # Also NaN, and negatives that only look like "keep".
     raise UsageError(f'config.dropout={rate}: use a rate in [0, 1), or -1 to keep the '
                      "pretrained encoder's own")
   model = ml_collections.ConfigDict(start.model.to_dict())
