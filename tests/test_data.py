@@ -133,6 +133,26 @@ def test_training_is_deterministic_and_independent_of_output_path(tmp_path):
 
 
 @needs_wikitext
+@needs_wikitext
+def test_lowercase_vocab_folds_case_in_its_own_normalizer(tmp_path, vocab):
+  uncased = vocab_lib.train_vocab([str(WIKI_VALID)], 1000, str(tmp_path / 'lc'), lowercase=True)
+  reloaded = vocab_lib.load_vocab(uncased.model_path)  # The casing travels in the .model file.
+  assert reloaded.lowercase and not vocab.lowercase
+  cased_text = ['The Battle of HASTINGS', 'Ωmega Café']
+  assert reloaded.encode(cased_text) == reloaded.encode([t.lower() for t in cased_text])
+  assert vocab.encode(cased_text) != vocab.encode([t.lower() for t in cased_text])
+  pieces = [reloaded.processor.id_to_piece(i) for i in range(5, reloaded.size)]
+  assert all(p == p.lower() for p in pieces)
+  # Folding case merges "The" and "the": the same number of pieces covers the text in fewer.
+  lines = WIKI_VALID.read_text(encoding='utf-8').splitlines()[:2000]
+  assert sum(map(len, reloaded.encode(lines))) < sum(map(len, vocab.encode(lines)))
+  with pytest.raises(UsageError, match='cased vocabulary') as refused:
+    vocab_lib.check_casing(vocab, lowercase=True)
+  assert 'vocab_lowercase' in str(refused.value)
+  vocab_lib.check_casing(reloaded, lowercase=True)
+  vocab_lib.check_casing(reloaded, lowercase=False)  # An existing uncased vocabulary is kept.
+
+
 def test_too_large_vocab_names_the_largest_possible(tmp_path):
   with pytest.raises(UsageError) as error:
     vocab_lib.train_vocab([str(WIKI_TRAIN_PART)], 100_000, str(tmp_path / 'big'))

@@ -15,7 +15,8 @@ import pytest
 
 from conftest import REPO, WIKITEXT, load_config, tree_digest
 from electra_jax.training import batches as batches_lib, train
-from electra_jax.data import packing, pipeline, preparation, sources, store, vocab as vocab_lib
+from electra_jax.data import packing, pipeline, preparation, prepared_dir, sources, store
+from electra_jax.data import vocab as vocab_lib
 from electra_jax.core.errors import UsageError
 
 WIKI_PART = WIKITEXT / 'wiki.train.PARTIAL-first-1019-lines.raw'
@@ -160,6 +161,24 @@ def test_main_prepares_local_files_once_and_again_when_they_change(tmp_path, voc
 # ----------------------------------------------------------------------------- batches
 
 
+def test_prepare_trains_a_lowercase_vocab_and_refuses_one_over_cased_data(tmp_path):
+  config = load_config('tiny')
+  config.max_seq_length, config.model.vocab_size = 64, 400
+  config.data.update(train_files=str(WIKI_PART), vocab_sample_sentences=2000, prepare_workers=1,
+                     vocab_lowercase=True)
+  prepared_dir.prepare_dataset(config, str(tmp_path / 'lowercase'))
+  vocab = vocab_lib.load_vocab(str(tmp_path / 'lowercase' / 'vocab.model'))
+  assert vocab.lowercase and vocab.encode(['The Cat']) == vocab.encode(['the cat'])
+
+  config.data.vocab_lowercase = False
+  prepared_dir.prepare_dataset(config, str(tmp_path / 'cased'))
+  before = tree_digest(tmp_path / 'cased')
+  config.data.vocab_lowercase = True
+  with pytest.raises(UsageError, match='is a cased vocabulary'):
+    prepared_dir.prepare_dataset(config, str(tmp_path / 'cased'))
+  assert tree_digest(tmp_path / 'cased') == before
+
+
 def test_mixture_batches_hold_fixed_shares_of_each_source(vocab, tmp_path, wikitext):
   specs = [source(WIKI_PART, 0.75), source(wikitext / 'wiki.valid.raw', 0.25)]
   examples, _ = prepare(specs, vocab, tmp_path / 'mix', unit_bytes=400_000)
@@ -278,6 +297,15 @@ def test_run_on_prepared_data_takes_its_vocabulary_and_refuses_another(tfds_prep
   for split in ('train', 'eval'):
     examples = batches_lib.load_examples(config, str(tmp_path / 'run'), vocab, split)
     assert len(examples) > 1000 and examples.directory == str(root / 'prepared' / split)
+
+  # Asking for a lowercased vocabulary over a prepared cased one is refused before anything
+  # is written to the run.
+  config.data.vocab_lowercase = True
+  (tmp_path / 'lowercase_run').mkdir()
+  with pytest.raises(UsageError, match='data.vocab_lowercase=True, but .* is a cased vocabulary'):
+    batches_lib.setup_vocab(config, str(tmp_path / 'lowercase_run'))
+  assert not os.listdir(tmp_path / 'lowercase_run')
+  config.data.vocab_lowercase = False
 
   config.model.vocab_size = 300
   config.data.vocab_model = vocab_lib.train_vocab([str(WIKI_PART)], 300,

@@ -44,12 +44,14 @@ def exported_tokenizer(vocab, directory):
   return transformers.AutoTokenizer.from_pretrained(directory)
 
 
-@pytest.fixture(scope='module', params=['sentencepiece', 'wordpiece'])
+@pytest.fixture(scope='module', params=['sentencepiece', 'sentencepiece-lowercase', 'wordpiece'])
 def vocab_and_tokenizer(request, tmp_path_factory, wikitext):
   directory = tmp_path_factory.mktemp(request.param)
-  if request.param == 'sentencepiece':
+  if request.param.startswith('sentencepiece'):
+    # The lowercase model folds case in its normalizer, which tokenizer.json must carry.
     vocab = vocab_lib.train_vocab([str(wikitext / 'wiki.valid.raw')], 1000,
-                                  str(directory / 'source'))
+                                  str(directory / 'source'),
+                                  lowercase=request.param.endswith('lowercase'))
   else:
     vocab = vocab_lib.load_vocab(str(google_vocab(directory / 'source.txt', wikitext)))
   return vocab, exported_tokenizer(vocab, directory / 'export')

@@ -181,6 +181,10 @@ def default_config() -> ml_collections.ConfigDict:
   c.data.prefetch_batches = 2  # batches made ahead in a background thread (0 = none)
   c.data.vocab_model = ''      # a sentencepiece .model or WordPiece vocab.txt; '' = train one
   c.data.vocab_sample_sentences = 1_000_000  # lines sampled to train the vocabulary
+  # Train the vocabulary on case-folded text: its normalizer lowercases, so pretraining,
+  # fine-tuning and the exported tokenizer all read "The" as "the". ELECTRA's and BERT's English
+  # vocabularies are uncased; GLUE's SST-2 comes lowercased. Only a vocabulary trained here.
+  c.data.vocab_lowercase = False
   return c
 
 

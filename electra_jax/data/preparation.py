@@ -242,14 +242,15 @@ def resolve(sources: Sequence[sources_lib.Source], *, tfds_data_dir: str = '',
 
 def train_vocab(sources: Sequence[sources_lib.Source], vocab_size: int, out_prefix: str, *,
                 tfds_data_dir: str = '', text_field: str = 'text', max_sentences: int = 1_000_000,
-                seed: int = 0) -> vocab_lib.Vocab:
-  """Trains a sentencepiece vocabulary on a bounded random sample of the sources' lines."""
+                seed: int = 0, lowercase: bool = False) -> vocab_lib.Vocab:
+  """Trains a sentencepiece vocabulary on a bounded random sample of the sources' lines
+  (case-folding, with `lowercase`; see vocab.train_vocab_on_sentences)."""
   vocab_lib.check_sample_size(max_sentences)
   units = resolve(sources, tfds_data_dir=tfds_data_dir, text_field=text_field)
   sample = sources_lib.sample_lines([u for source_units in units for u in source_units],
                                     max_sentences, seed)
   return vocab_lib.train_vocab_on_sentences(sample, vocab_size, out_prefix,
-                                            sources_lib.describe(sources))
+                                            sources_lib.describe(sources), lowercase=lowercase)
 
 
 def preparation_key(sources, units, vocab, max_seq_length: int, seed: int,

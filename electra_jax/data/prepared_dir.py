@@ -33,11 +33,14 @@ def _vocab(config, out: str, stage: str, train_sources, overwrite: bool):
     shutil.copyfile(given, os.path.join(stage, name))
     return vocab_lib.load_vocab(os.path.join(stage, name))
   if existing and not overwrite:
-    return vocab_lib.load_vocab(existing[0])
+    vocab = vocab_lib.load_vocab(existing[0])
+    vocab_lib.check_casing(vocab, config.data.vocab_lowercase)
+    return vocab
   return preparation.train_vocab(
       train_sources, config.model.vocab_size, os.path.join(stage, 'vocab'),
       tfds_data_dir=config.data.tfds_data_dir, text_field=config.data.text_field,
-      max_sentences=config.data.vocab_sample_sentences, seed=config.seed)
+      max_sentences=config.data.vocab_sample_sentences, seed=config.seed,
+      lowercase=config.data.vocab_lowercase)
 
 
 def _move_into_place(stage: str, out: str) -> None:

@@ -17,6 +17,7 @@ from typing import TypeVar
 
 import numpy as np
 import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2
 
 from electra_jax.data import text
 from electra_jax.data import wordpiece
@@ -56,6 +57,11 @@ class Vocab:
                       [(char_at[p.begin], char_at[p.end]) for p in proto.pieces]))
     return encoded
 
+  @property
+  def lowercase(self) -> bool:
+    """Whether the model's normalizer folds case (trained with data.vocab_lowercase)."""
+    return _normalizer_name(self.processor).endswith('_cf')
+
   def fingerprint(self) -> str:
     """sha256 of the model's bytes: recorded with prepared data, so a changed vocabulary is seen.
 
@@ -63,6 +69,12 @@ class Vocab:
     after loading cannot make the fingerprint disagree with the ids in use.
     """
     return hashlib.sha256(self.processor.serialized_model_proto()).hexdigest()
+
+
+def _normalizer_name(processor: spm.SentencePieceProcessor) -> str:
+  proto = sentencepiece_model_pb2.ModelProto()
+  proto.ParseFromString(processor.serialized_model_proto())
+  return proto.normalizer_spec.name
 
 
 def _byte_to_char(text: str) -> list[int] | range:
@@ -136,7 +148,7 @@ def _write_atomically(path: str, data: bytes) -> None:
 
 def train_vocab(files: Sequence[str], vocab_size: int, out_prefix: str, *,
                 max_sentences: int = 1_000_000, seed: int = 0,
-                model_type: str = 'unigram') -> Vocab:
+                model_type: str = 'unigram', lowercase: bool = False) -> Vocab:
   """Trains a vocabulary on the corpus and writes `out_prefix.model` and `out_prefix.vocab`.
 
   The same corpus, size, seed and sentencepiece version give byte-identical files: the lines
@@ -145,7 +157,8 @@ def train_vocab(files: Sequence[str], vocab_size: int, out_prefix: str, *,
   """
   check_sample_size(max_sentences)
   return train_vocab_on_sentences(sample_lines(files, max_sentences, seed), vocab_size,
-                                  out_prefix, text.describe_files(files), model_type=model_type)
+                                  out_prefix, text.describe_files(files), model_type=model_type,
+                                  lowercase=lowercase)
 
 
 def check_sample_size(max_sentences: int) -> None:
@@ -155,8 +168,15 @@ def check_sample_size(max_sentences: int) -> None:
 
 
 def train_vocab_on_sentences(sentences: Sequence[str], vocab_size: int, out_prefix: str,
-                             corpus: str, *, model_type: str = 'unigram') -> Vocab:
-  """Trains on sampled lines of `corpus` (its name, for messages); see train_vocab."""
+                             corpus: str, *, model_type: str = 'unigram',
+                             lowercase: bool = False) -> Vocab:
+  """Trains on sampled lines of `corpus` (its name, for messages); see train_vocab.
+
+  `lowercase` trains with sentencepiece's case-folding normalizer (NFKC, then case folding):
+  the model itself folds case, so every encoder of it (pretraining, fine-tuning, the exported
+  tokenizer.json) reads "The" and "the" as the same pieces, like BERT's and ELECTRA's uncased
+  English vocabularies.
+  """
   if not sentences:
     raise UsageError(f'corpus {corpus} holds no text (only blank lines); '
                      'check data.train_files')
@@ -167,6 +187,7 @@ def train_vocab_on_sentences(sentences: Sequence[str], vocab_size: int, out_pref
         model_writer=model,
         vocab_size=vocab_size,
         model_type=model_type,
+        normalization_rule_name='nmt_nfkc_cf' if lowercase else 'nmt_nfkc',
         pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
         pad_piece=SPECIAL_PIECES[0], unk_piece=SPECIAL_PIECES[1],
         control_symbols=list(SPECIAL_PIECES[2:]),
@@ -211,6 +232,19 @@ def load_vocab(model_path: str) -> Vocab | wordpiece.WordPieceVocab:
         f'{list(SPECIAL_PIECES)} as control symbols ([UNK] as unknown); the vocabulary must be '
         'trained with those specials (leave data.vocab_model empty to train one)')
   return Vocab(processor=processor, model_path=model_path, size=size)
+
+
+def check_casing(vocab: Vocab | wordpiece.WordPieceVocab, lowercase: bool) -> None:
+  """Refuses data.vocab_lowercase=True over an existing cased vocabulary it would not change.
+
+  The vocabulary already on disk (a run's, or a prepared directory's) is what a run reads, so
+  asking for a lowercased one there would silently train on cased pieces.
+  """
+  if lowercase and not vocab.lowercase:
+    raise UsageError(f'data.vocab_lowercase=True, but {vocab.model_path} is a cased vocabulary '
+                     'that this run would keep using; prepare into a new directory (or use a new '
+                     '--workdir) so that a lowercased vocabulary is trained, or drop '
+                     '--config.data.vocab_lowercase')
 
 
 def vocab_fingerprint(vocab: Vocab | wordpiece.WordPieceVocab) -> str:

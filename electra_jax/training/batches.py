@@ -94,8 +94,10 @@ def setup_vocab(config: ml_collections.ConfigDict, workdir: str) -> vocab_lib.Vo
       raise UsageError(f'{given} differs from the vocabulary this run was started with '
                        f'({run_model}); use a new --workdir, or drop --config.data.vocab_model '
                        '(or use data prepared with the run\'s vocabulary)')
+    vocab_lib.check_casing(vocab, config.data.vocab_lowercase)
   elif given:
-    vocab_lib.load_vocab(given)  # fails clearly before anything is copied
+    # Fails clearly before anything is copied.
+    vocab_lib.check_casing(vocab_lib.load_vocab(given), config.data.vocab_lowercase)
     storage.copy_file(given, run_model)
     vocab = vocab_lib.load_vocab(local_copy(run_model, local))
   else:
@@ -104,7 +106,8 @@ def setup_vocab(config: ml_collections.ConfigDict, workdir: str) -> vocab_lib.Vo
     vocab = preparation.train_vocab(
         sources_lib.from_config(config.data, 'train'), config.model.vocab_size, prefix,
         tfds_data_dir=config.data.tfds_data_dir, text_field=config.data.text_field,
-        max_sentences=config.data.vocab_sample_sentences, seed=config.seed)
+        max_sentences=config.data.vocab_sample_sentences, seed=config.seed,
+        lowercase=config.data.vocab_lowercase)
     if remote:  # the .model last: the run has a vocabulary once it exists
       for suffix in ('.vocab', '.model'):
         storage.copy_file(prefix + suffix, os.path.join(workdir, 'vocab' + suffix))
