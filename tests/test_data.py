@@ -133,7 +133,6 @@ def test_training_is_deterministic_and_independent_of_output_path(tmp_path):
 
 
 @needs_wikitext
-@needs_wikitext
 def test_lowercase_vocab_folds_case_in_its_own_normalizer(tmp_path, vocab):
   uncased = vocab_lib.train_vocab([str(WIKI_VALID)], 1000, str(tmp_path / 'lc'), lowercase=True)
   reloaded = vocab_lib.load_vocab(uncased.model_path)  # The casing travels in the .model file.
@@ -153,6 +152,7 @@ def test_lowercase_vocab_folds_case_in_its_own_normalizer(tmp_path, vocab):
   vocab_lib.check_casing(reloaded, lowercase=False)  # An existing uncased vocabulary is kept.
 
 
+@needs_wikitext
 def test_too_large_vocab_names_the_largest_possible(tmp_path):
   with pytest.raises(UsageError) as error:
     vocab_lib.train_vocab([str(WIKI_TRAIN_PART)], 100_000, str(tmp_path / 'big'))

@@ -60,7 +60,7 @@ class Vocab:
   @property
   def lowercase(self) -> bool:
     """Whether the model's normalizer folds case (trained with data.vocab_lowercase)."""
-    return _normalizer_name(self.processor).endswith('_cf')
+    return model_proto(self).normalizer_spec.name.endswith('_cf')
 
   def fingerprint(self) -> str:
     """sha256 of the model's bytes: recorded with prepared data, so a changed vocabulary is seen.
@@ -71,10 +71,11 @@ class Vocab:
     return hashlib.sha256(self.processor.serialized_model_proto()).hexdigest()
 
 
-def _normalizer_name(processor: spm.SentencePieceProcessor) -> str:
+def model_proto(vocab: Vocab) -> sentencepiece_model_pb2.ModelProto:
+  """The loaded model as its proto: trainer and normalizer settings, every piece and score."""
   proto = sentencepiece_model_pb2.ModelProto()
-  proto.ParseFromString(processor.serialized_model_proto())
-  return proto.normalizer_spec.name
+  proto.ParseFromString(vocab.processor.serialized_model_proto())
+  return proto
 
 
 def _byte_to_char(text: str) -> list[int] | range:

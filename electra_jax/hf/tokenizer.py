@@ -34,8 +34,6 @@ import json
 import os
 from typing import Any
 
-from sentencepiece import sentencepiece_model_pb2
-
 from electra_jax.data import vocab as vocab_lib
 from electra_jax.data import wordpiece
 from electra_jax.core.errors import UsageError
@@ -71,12 +69,6 @@ def _post_processor(vocab) -> dict[str, Any]:
   }
 
 
-def _sentencepiece_proto(vocab: vocab_lib.Vocab) -> sentencepiece_model_pb2.ModelProto:
-  proto = sentencepiece_model_pb2.ModelProto()
-  proto.ParseFromString(vocab.processor.serialized_model_proto())
-  return proto
-
-
 def _check_convertible(proto, path: str):
   """Refuses sentencepiece features the tokenizer.json below would not reproduce."""
   problems = []
@@ -99,7 +91,7 @@ def _check_convertible(proto, path: str):
 
 def sentencepiece_tokenizer(vocab: vocab_lib.Vocab) -> dict[str, Any]:
   """tokenizer.json contents equivalent to encoding with the sentencepiece model."""
-  proto = _sentencepiece_proto(vocab)
+  proto = vocab_lib.model_proto(vocab)
   _check_convertible(proto, vocab.model_path)
   spec = proto.normalizer_spec
   normalizers = []
