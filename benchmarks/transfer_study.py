@@ -108,13 +108,18 @@ def parse_args(argv=None):
   if unknown:
     raise UsageError(f"--parts={','.join(args.parts)}: unknown {', '.join(sorted(unknown))}; "
                      'use pretrain, finetune or both')
-  args.objectives = [o for o in args.objectives.split(',') if o]
-  known = transfer_report.LABELS.keys() - {'random'}
-  if not args.objectives or set(args.objectives) - known or \
-      len(set(args.objectives)) != len(args.objectives):
-    raise UsageError(f"--objectives={','.join(args.objectives)}: list each at most once, from "
-                     f"{', '.join(sorted(known))}")
+  args.objectives = objectives_listed(args.objectives)
   return args
+
+
+def objectives_listed(flag: str) -> list[str]:
+  """--objectives as a list: pretraining objectives, each named at most once."""
+  objectives = [o for o in flag.split(',') if o]
+  known = transfer_report.LABELS.keys() - {'random'}
+  if not objectives or set(objectives) - known or len(set(objectives)) != len(objectives):
+    raise UsageError(f"--objectives={','.join(objectives)}: list each at most once, from "
+                     f"{', '.join(sorted(known))}")
+  return objectives
 
 
 def starts(args) -> list[str]:
