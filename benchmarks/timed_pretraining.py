@@ -125,29 +125,47 @@ def probe(args, data_dir: str, shares: list[set[int]]) -> dict[str, dict]:
       if process.poll() is not None:
         sys.exit(f'probe of {objective} ended (exit {process.returncode}); see {logs[objective]}')
     points = {o: logged_steps(path) for o, path in logs.items()}
-    if all(points.values()):
-      together = (max(p[0][0] for p in points.values()), min(p[-1][0] for p in points.values()))
-      if together[1] - together[0] >= args.probe_overlap:
-        break
+    if all(points.values()) and span_seconds(shared_span(points)) >= args.probe_overlap:
+      break
     if time.perf_counter() - started > args.probe_limit:
-      if not all(points.values()):
-        sys.exit(f'the probe logged no step in {args.probe_limit} s; see {args.out}/logs')
       break
   for process in processes.values():
     process.kill()
     process.wait()
-  seconds = time.perf_counter() - started
+  rates = rates_side_by_side(points, f'{args.out}/logs', args.probe_log_every)
+  for objective, rate in rates.items():
+    rate['probe_seconds'] = round(time.perf_counter() - started, 1)
+    # starting, loading and compiling, up to the first log line
+    rate['startup_s'] = round((points[objective][0][0] - start_of_day) % 86400, 1)
+  return rates
+
+
+def shared_span(points: dict[str, list[tuple[float, int]]]) -> tuple[float, float]:
+  """From the last run's first log line to the first run's last: when all of them stepped."""
+  return (max(p[0][0] for p in points.values()), min(p[-1][0] for p in points.values()))
+
+
+def span_seconds(span: tuple[float, float]) -> float:
+  return span[1] - span[0]
+
+
+def rates_side_by_side(points: dict[str, list[tuple[float, int]]], logs: str,
+                       log_every: int) -> dict[str, dict]:
+  """{objective: its steps/s over the shared span}, from each run's (time, step) log points.
+
+  With too little overlap to measure, a run is assumed to get an even share of the device.
+  """
+  if not all(len(p) >= 2 for p in points.values()):
+    raise UsageError(f'a probe run logged fewer than two steps (see {logs}); give it more '
+                     f'--probe_limit or a smaller --probe_log_every than {log_every}')
+  span = shared_span(points)
   rates = {}
   for objective, logged in points.items():
-    rate = rate_within(logged, *together)
     alone = rate_within(logged, logged[0][0], logged[-1][0])
-    if rate is None:  # too little overlap to measure: assume the runs share the device evenly
-      rate = alone / len(points)
-    rates[objective] = {'steps_per_s': rate, 'steps_per_s_whole_log': alone,
-                        'overlap_s': round(together[1] - together[0], 1),
-                        'probe_seconds': round(seconds, 1),
-                        # starting, loading and compiling, up to the first log line
-                        'startup_s': round((logged[0][0] - start_of_day) % 86400, 1),
+    rate = rate_within(logged, *span)
+    rates[objective] = {'steps_per_s': rate if rate is not None else alone / len(points),
+                        'steps_per_s_whole_log': alone,
+                        'overlap_s': round(span_seconds(span), 1),
                         'steps_first_logged': logged[0][1]}
   return rates
 

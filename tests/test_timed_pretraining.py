@@ -45,13 +45,25 @@ def test_rates_count_only_the_span_in_which_both_runs_stepped(tmp_path):
       ('10:00:10.000000', 100), ('10:00:20.000000', 1100), ('10:00:30.000000', 1600),
       ('10:00:40.000000', 2100)]))
   b = timed.logged_steps(write_log(tmp_path / 'b.log', [
-      ('10:00:20.000000', 100), ('10:00:30.000000', 400), ('10:00:40.000000', 700)]))
-  together = (max(a[0][0], b[0][0]), min(a[-1][0], b[-1][0]))
-  assert together == (36020.0, 36040.0)
-  assert timed.rate_within(a, *together) == pytest.approx(50.0)
-  assert timed.rate_within(b, *together) == pytest.approx(30.0)
-  assert timed.rate_within(a, a[0][0], a[-1][0]) == pytest.approx(2000 / 30)
-  assert timed.rate_within(b, 36030.0, 36030.0) is None  # one line: no rate
+      ('10:00:20.000000', 100), ('10:00:30.000000', 400), ('10:00:40.000000', 700),
+      ('10:00:50.000000', 1000)]))
+  assert timed.shared_span({'a': a, 'b': b}) == (36020.0, 36040.0)
+  rates = timed.rates_side_by_side({'a': a, 'b': b}, 'logs', 100)
+  assert rates['a']['steps_per_s'] == pytest.approx(50.0)
+  assert rates['a']['steps_per_s_whole_log'] == pytest.approx(2000 / 30)
+  assert rates['b']['steps_per_s'] == pytest.approx(30.0)
+  assert rates['a']['overlap_s'] == rates['b']['overlap_s'] == 20.0
+  assert rates['a']['steps_first_logged'] == 100
+
+  # No overlap at all (b starts after a ends): each gets half of its lone rate.
+  late = [(t + 60, s) for t, s in b]
+  rates = timed.rates_side_by_side({'a': a, 'b': late}, 'logs', 100)
+  assert rates['a']['steps_per_s'] == pytest.approx(2000 / 30 / 2)
+  assert rates['b']['steps_per_s'] == pytest.approx(30.0 / 2)
+  assert rates['a']['overlap_s'] < 0
+
+  with pytest.raises(timed.UsageError, match='a probe run logged fewer than two steps'):
+    timed.rates_side_by_side({'a': a, 'b': b[:1]}, 'logs', 100)
 
 
 def test_bad_arguments_are_one_clear_error(tmp_path):
@@ -100,10 +112,11 @@ def test_a_budgeted_pair_of_runs_is_a_study_that_fine_tunes(tmp_path):
   for objective in ('electra', 'mlm'):
     assert plan['probe'][objective]['steps_per_s'] > 0
     assert plan['probe'][objective]['overlap_s'] >= 3
-  assert sorted(int(p.name) for p in (out / 'electra' / 'checkpoints').iterdir()) == \
-      [steps // 4 * i for i in (1, 2, 3, 4)]
   config = json.loads((out / 'electra' / 'config.json').read_text())
-  assert config['num_train_steps'] == steps
+  assert config['num_train_steps'] == steps and config['save_every'] == steps // 4
+  # Four saves spread over the run, and the last step's (the same one when 4 divides the steps).
+  saved = sorted({*range(steps // 4, steps + 1, steps // 4), steps})[-5:]
+  assert sorted(int(p.name) for p in (out / 'electra' / 'checkpoints').iterdir()) == saved
   assert config['warmup_steps'] == round(steps * 0.05)
   mlm_steps = plan['plan']['mlm']['steps']
   assert json.loads((out / 'mlm' / 'config.json').read_text())['num_train_steps'] == mlm_steps
