@@ -132,9 +132,10 @@ def probe(args, data_dir: str, shares: list[set[int]]) -> dict[str, dict]:
   for process in processes.values():
     process.kill()
     process.wait()
+  probe_seconds = round(time.perf_counter() - started, 1)
   rates = rates_side_by_side(points, f'{args.out}/logs', args.probe_log_every)
   for objective, rate in rates.items():
-    rate['probe_seconds'] = round(time.perf_counter() - started, 1)
+    rate['probe_seconds'] = probe_seconds
     # starting, loading and compiling, up to the first log line
     rate['startup_s'] = round((points[objective][0][0] - start_of_day) % 86400, 1)
   return rates
