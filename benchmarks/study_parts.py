@@ -51,7 +51,8 @@ def run_part(out: str, state: dict, name: str, command: list[str], what: str,
   """Runs `command` (on `cores`, if given) with its output in DIR/logs/<name>.log; records it
   in state when it ends well: with exit status 0, and `unfinished()` has nothing to say.
 
-  The wall time of every attempt is added up, an interrupted one included.
+  The wall time of every attempt is added up, an interrupted one included, and the attempts
+  are counted, so that a report can say when a wall time spans more than one.
   """
   log_path = os.path.join(out, 'logs', f'{name}.log')
   os.makedirs(os.path.dirname(log_path), exist_ok=True)
@@ -59,6 +60,8 @@ def run_part(out: str, state: dict, name: str, command: list[str], what: str,
   say(f'{name}: running {what}{on} (log: {log_path})')
   with STATE_LOCK:
     record = state.setdefault(name, {'seconds': 0.0})
+    # A state from before attempts were counted knows of one at least.
+    record['attempts'] = record.get('attempts', 1 if record['seconds'] else 0) + 1
   RAN_A_PART.set()
   started = time.perf_counter()
   pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None

@@ -207,6 +207,9 @@ def summarize(out: str, plan: dict, state: dict, args: dict) -> dict:
   wall['finetune'] = sum(v for k, v in wall.items() if k.startswith('finetune_'))
   parts = wall.get('data', 0.0) + wall['pretrain'] + wall['finetune']
   wall['total'] = wall.pop('study', parts)  # elapsed; less than the parts' sum with --jobs > 1
+  # A part stopped and resumed has its attempts' wall times summed: say so where it happened.
+  attempts = {name: record['attempts'] for name, record in state.items()
+              if name != 'study' and record.get('attempts', 1) > 1}
   beside = None
   if args.get('beside'):  # checked by the study before it ran anything
     with open(os.path.join(args['beside'], 'results.json')) as f:
@@ -225,7 +228,7 @@ def summarize(out: str, plan: dict, state: dict, args: dict) -> dict:
       'held_out_files': state.get('data', {}).get('held_out'),
       'plan': {o: {k: plan[o][k] for k in ('steps', 'flops_per_step')} for o in objectives},
       'pretraining': pretraining, 'finetuning': finetuning, 'runs': runs,
-      'choice': choice, 'checks': checks, 'wall_seconds': wall,
+      'choice': choice, 'checks': checks, 'wall_seconds': wall, 'attempts': attempts,
   }
 
 
@@ -240,15 +243,23 @@ def cell(run: dict | None, metrics: tuple[str, ...]) -> str:
   return f'{median} ({seeds})'
 
 
-def pretraining_cells(summary: dict | None, wall: dict, objective: str) -> list[str]:
+def wall_with_attempts(wall: dict, attempts: dict, part: str) -> str:
+  """A part's wall time, with its number of attempts where it ran more than once."""
+  shown = format_duration(wall.get(part, 0))
+  return f'{shown} ({attempts[part]} attempts)' if part in attempts else shown
+
+
+def pretraining_cells(summary: dict | None, wall: dict, attempts: dict,
+                      objective: str) -> list[str]:
   if summary is None:
     return ['not run'] * 3
   return [f"{summary['steps']:,}", f"{summary['flops']:.3g}",
-          format_duration(wall.get(f'pretrain_{objective}', 0))]
+          wall_with_attempts(wall, attempts, f'pretrain_{objective}')]
 
 
 def markdown(results: dict) -> str:
   ft, pt, wall = results['finetuning'], results['pretraining'], results['wall_seconds']
+  attempts = results.get('attempts', {})  # absent from a report written before they were kept
   metrics = {'SST-2': ('accuracy',), 'MRPC': ('accuracy', 'f1')}
   finetune_wall = lambda *runs: format_duration(sum(
       wall.get(f'finetune_{run}_{task}', 0) for run in runs for task in TASKS))
@@ -256,7 +267,8 @@ def markdown(results: dict) -> str:
   rows = []
   for start, by_task in choice.items():
     runs = [v for v in ft if split_variant(v)[0] == start]
-    pretrained = (pretraining_cells(pt[start], wall, start) if start in pt else ['0', '0', ''])
+    pretrained = (pretraining_cells(pt[start], wall, attempts, start) if start in pt
+                  else ['0', '0', ''])
     if len(runs) == 1:
       rows.append([LABELS[start]] + [cell(ft[start][t], metrics[t]) for t in TASKS]
                   + pretrained + [finetune_wall(start)])
@@ -304,7 +316,10 @@ def markdown(results: dict) -> str:
             f"{format_duration(wall.get('data', 0))}, pretraining "
             f"{format_duration(wall['pretrain'])}, fine-tuning "
             f"{format_duration(wall['finetune'])}. The whole study: "
-            f"{format_duration(wall['total'])}.", '',
+            f"{format_duration(wall['total'])}."
+            + (' Parts run more than once (stopped and resumed), their wall times summed: '
+               + ', '.join(f'{p} ({n} attempts)' for p, n in sorted(attempts.items())) + '.'
+               if attempts else ''), '',
             '![pretraining curves](pretraining_curves.png)', '',
             '![fine-tuning scores](finetune_scores.png)', '']
   return '\n'.join(lines)

@@ -173,6 +173,32 @@ def test_sampling_follows_softmax_with_temperature(sampler):
     assert chi_square_z(counts, np.roll(probs, 1)) > 100
 
 
+def test_inverse_cdf_draws_the_tokens_of_one_cumulative_sum_in_float64():
+  """The two-level lookup (blocks, then a token in the block) against one cumulative softmax over
+  the whole vocabulary in NumPy's float64, with the same uniforms: the same token in every slot
+  but those a float32 rounding puts across a boundary; never one of probability 0. 1,000 entries
+  (not a multiple of the 32-entry block: the last block is padded), with whole blocks and the
+  vocabulary's last entries at -inf."""
+  rng = np.random.default_rng(0)
+  logits = rng.normal(0, 3, (64, 19, 1000)).astype(np.float32)
+  logits[:, :, 64:128] = -np.inf  # blocks 2 and 3 of 32 entries
+  logits[:, :, 990:] = -np.inf
+  logits[:, :, 7] = -np.inf
+  keys = jax.random.split(jax.random.PRNGKey(4), 64)
+  draws = np.asarray(jax.jit(lambda k, l: masking.sample_replacements(k, l, 1.5, 'inverse_cdf'))(
+      keys, jnp.asarray(logits)))
+  uniforms = np.asarray(jax.vmap(lambda k: jax.random.uniform(k, (19,)))(keys), np.float64)
+  scaled = np.asarray(jnp.asarray(logits) / 1.5, np.float64)
+  probs = np.exp(scaled - scaled.max(-1, keepdims=True))
+  cdf = np.cumsum(probs, -1)
+  expected = (cdf <= (uniforms * cdf[..., -1])[..., None]).sum(-1)
+  assert np.all(probs[np.arange(64)[:, None], np.arange(19)[None], draws] > 0)
+  assert np.mean(draws == expected) > 0.999, np.mean(draws == expected)
+  # The lookup's guard for a target rounded up to the total: the last entry of any weight.
+  assert masking.last_positive(jnp.asarray([[0., 1., 0.], [1., 0., 0.], [1., 1., 1.]])).tolist() \
+      == [1, 0, 2]
+
+
 @pytest.fixture(scope='module')
 def tiny_model():
   config = load_config('tiny')

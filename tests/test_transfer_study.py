@@ -299,6 +299,12 @@ def test_a_part_that_ends_well_but_unfinished_is_not_recorded_as_done(tmp_path, 
   assert 'command' not in state['pretrain_x'] and 'done in' not in capsys.readouterr().out
   study.run_part(str(tmp_path), state, 'pretrain_x', command, 'x')
   assert state['pretrain_x']['command'] == command and 'done in' in capsys.readouterr().out
+  # Its wall time spans both attempts, and the report says so.
+  assert state['pretrain_x']['attempts'] == 2
+  report = load_report()
+  wall = {'pretrain_x': 6180.0, 'pretrain_y': 2868.0}
+  assert report.wall_with_attempts(wall, {'pretrain_x': 2}, 'pretrain_x') == '1h43m (2 attempts)'
+  assert report.wall_with_attempts(wall, {'pretrain_x': 2}, 'pretrain_y') == '47m48s'
 
 
 def test_whole_study_at_toy_scale_then_a_rerun_skips_everything(tmp_path):

@@ -5,6 +5,7 @@ Special token ids come from the vocabulary (`SpecialIds`); [PAD] must be 0, whic
 attention mask also relies on.
 """
 
+import math
 from typing import NamedTuple
 
 import jax
@@ -181,12 +182,42 @@ def sample_replacements(keys, logits, temperature: float, sampler: str = 'catego
 
 
 def _inverse_cdf_draw(key, seq_logits):
-  """[P] tokens for one sequence's [P, V] logits: token i where cdf[i-1] <= u * total < cdf[i]."""
-  cdf = jnp.cumsum(jax.nn.softmax(seq_logits.astype(jnp.float32), axis=-1), axis=-1)
-  target = jax.random.uniform(key, cdf.shape[:-1]) * cdf[..., -1]
-  # side='right': an entry of zero probability repeats the previous cdf value and is never hit.
-  found = jax.vmap(lambda row, x: jnp.searchsorted(row, x, side='right'))(cdf, target)
-  return jnp.minimum(found, cdf.shape[-1] - 1)  # u * total rounding up to the total itself
+  """[P] tokens for one sequence's [P, V] logits: token i where cdf[i-1] <= u * total < cdf[i].
+
+  In two levels, so that no [P, V] cumulative sum is taken (XLA:CPU's is slower than the
+  exponentials themselves; 162 ms for [16, 20, 32768] on a busy core): the vocabulary is cut
+  into blocks of ~sqrt(V) entries, the block is found in the cumulative block sums, then the
+  token in that block's own cumulative sum. The same tokens as one cumulative sum over V for the
+  same uniform, up to float32 rounding at the boundaries between tokens.
+  """
+  vocab = seq_logits.shape[-1]
+  block = 1 << max(0, math.ceil(math.log2(math.sqrt(vocab))))
+  blocks = -(-vocab // block)
+  seq_logits = seq_logits.astype(jnp.float32)
+  weights = jnp.exp(seq_logits - jnp.max(seq_logits, axis=-1, keepdims=True))  # -inf -> 0
+  weights = jnp.pad(weights, [(0, 0), (0, blocks * block - vocab)])
+  weights = weights.reshape(weights.shape[0], blocks, block)
+  block_totals = weights.sum(-1)
+  block_cdf = jnp.cumsum(block_totals, axis=-1)
+  target = jax.random.uniform(key, block_cdf.shape[:-1]) * block_cdf[:, -1]
+  # Counting the entries <= target is searchsorted(side='right'): a block or token of weight
+  # zero repeats the previous cdf value and is never chosen. The minimum catches u * total
+  # rounding up to the total: it takes the last block, and then the last token, of any weight.
+  chosen = jnp.minimum(jnp.sum(block_cdf <= target[:, None], axis=-1),
+                       last_positive(block_totals))
+  before = jnp.where(chosen > 0, jnp.take_along_axis(
+      block_cdf, jnp.maximum(chosen - 1, 0)[:, None], axis=-1)[:, 0], 0.0)
+  inner = jnp.take_along_axis(weights, chosen[:, None, None], axis=1)[:, 0]  # [P, block]
+  inner_cdf = jnp.cumsum(inner, axis=-1)
+  inside = jnp.minimum(jnp.sum(inner_cdf <= (target - before)[:, None], axis=-1),
+                       last_positive(inner))
+  return chosen * block + inside
+
+
+def last_positive(weights):
+  """Per row of [P, N] weights, the index of the last entry above zero."""
+  above = weights > 0
+  return weights.shape[-1] - 1 - jnp.argmax(above[:, ::-1], axis=-1)
 
 
 def unigram_replacements(rng, input_ids, shape, special: SpecialIds = SpecialIds()):
