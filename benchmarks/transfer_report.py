@@ -210,6 +210,8 @@ def summarize(out: str, plan: dict, state: dict, args: dict) -> dict:
   # A part stopped and resumed has its attempts' wall times summed: say so where it happened.
   attempts = {name: record['attempts'] for name, record in state.items()
               if name != 'study' and record.get('attempts', 1) > 1}
+  untimed = {name: record['untimed_steps'] for name, record in state.items()
+             if record.get('untimed_steps')}
   beside = None
   if args.get('beside'):  # checked by the study before it ran anything
     with open(os.path.join(args['beside'], 'results.json')) as f:
@@ -229,6 +231,7 @@ def summarize(out: str, plan: dict, state: dict, args: dict) -> dict:
       'plan': {o: {k: plan[o][k] for k in ('steps', 'flops_per_step')} for o in objectives},
       'pretraining': pretraining, 'finetuning': finetuning, 'runs': runs,
       'choice': choice, 'checks': checks, 'wall_seconds': wall, 'attempts': attempts,
+      'untimed_steps': untimed,
   }
 
 
@@ -249,17 +252,29 @@ def wall_with_attempts(wall: dict, attempts: dict, part: str) -> str:
   return f'{shown} ({attempts[part]} attempts)' if part in attempts else shown
 
 
-def pretraining_cells(summary: dict | None, wall: dict, attempts: dict,
+def pretraining_wall(wall: dict, attempts: dict, untimed: dict, part: str, steps: int) -> str:
+  """The study's wall time of a pretraining part, saying which steps it does not cover: those
+  trained before the study first ran the part, which no timer of the study's saw."""
+  if part not in untimed:
+    return wall_with_attempts(wall, attempts, part)
+  if untimed[part] >= steps:
+    return 'not timed (trained before the study ran it)'
+  return (f'{wall_with_attempts(wall, attempts, part)} for its last {steps - untimed[part]:,} '
+          f'steps (the first {untimed[part]:,} trained before the study ran it)')
+
+
+def pretraining_cells(summary: dict | None, wall: dict, attempts: dict, untimed: dict,
                       objective: str) -> list[str]:
   if summary is None:
     return ['not run'] * 3
   return [f"{summary['steps']:,}", f"{summary['flops']:.3g}",
-          wall_with_attempts(wall, attempts, f'pretrain_{objective}')]
+          pretraining_wall(wall, attempts, untimed, f'pretrain_{objective}', summary['steps'])]
 
 
 def markdown(results: dict) -> str:
   ft, pt, wall = results['finetuning'], results['pretraining'], results['wall_seconds']
   attempts = results.get('attempts', {})  # absent from a report written before they were kept
+  untimed = results.get('untimed_steps', {})
   metrics = {'SST-2': ('accuracy',), 'MRPC': ('accuracy', 'f1')}
   finetune_wall = lambda *runs: format_duration(sum(
       wall.get(f'finetune_{run}_{task}', 0) for run in runs for task in TASKS))
@@ -267,7 +282,7 @@ def markdown(results: dict) -> str:
   rows = []
   for start, by_task in choice.items():
     runs = [v for v in ft if split_variant(v)[0] == start]
-    pretrained = (pretraining_cells(pt[start], wall, attempts, start) if start in pt
+    pretrained = (pretraining_cells(pt[start], wall, attempts, untimed, start) if start in pt
                   else ['0', '0', ''])
     if len(runs) == 1:
       rows.append([LABELS[start]] + [cell(ft[start][t], metrics[t]) for t in TASKS]
@@ -319,7 +334,10 @@ def markdown(results: dict) -> str:
             f"{format_duration(wall['total'])}."
             + (' Parts run more than once (stopped and resumed), their wall times summed: '
                + ', '.join(f'{p} ({n} attempts)' for p, n in sorted(attempts.items())) + '.'
-               if attempts else ''), '',
+               if attempts else '')
+            + (' Pretraining steps run before the study ran the part, which its wall times do '
+               'not cover: ' + ', '.join(f'{p} ({n:,})' for p, n in sorted(untimed.items()))
+               + '.' if untimed else ''), '',
             '![pretraining curves](pretraining_curves.png)', '',
             '![fine-tuning scores](finetune_scores.png)', '']
   return '\n'.join(lines)

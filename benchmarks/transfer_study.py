@@ -236,6 +236,10 @@ def pretrain(args, state: dict, objective: str, run: dict, cores: set[int] | Non
     check_flops(workdir, run)
     study_parts.skip(state, name, f', {run["steps"]:,} steps')
     return
+  if steps and name not in state:
+    # Steps trained before this study first ran the part (by hand, or in another directory):
+    # no timer of the study's covers them, so the report must not pass its wall time off as theirs.
+    state[name] = {'seconds': 0.0, 'attempts': 0, 'untimed_steps': steps[-1]}
   resuming = f' from step {steps[-1]}' if steps else ''
 
   def unfinished():  # main ends well when preempted too, having saved where it stopped

@@ -305,6 +305,11 @@ def test_a_part_that_ends_well_but_unfinished_is_not_recorded_as_done(tmp_path, 
   wall = {'pretrain_x': 6180.0, 'pretrain_y': 2868.0}
   assert report.wall_with_attempts(wall, {'pretrain_x': 2}, 'pretrain_x') == '1h43m (2 attempts)'
   assert report.wall_with_attempts(wall, {'pretrain_x': 2}, 'pretrain_y') == '47m48s'
+  # Steps trained before the study ran the part are not passed off as covered by its timer.
+  assert report.pretraining_wall(wall, {}, {'pretrain_y': 900}, 'pretrain_y', 900) == \
+      'not timed (trained before the study ran it)'
+  assert report.pretraining_wall(wall, {}, {'pretrain_y': 300}, 'pretrain_y', 900) == \
+      '47m48s for its last 600 steps (the first 300 trained before the study ran it)'
 
 
 def test_whole_study_at_toy_scale_then_a_rerun_skips_everything(tmp_path):
@@ -329,6 +334,20 @@ def test_whole_study_at_toy_scale_then_a_rerun_skips_everything(tmp_path):
     assert f'{part}: finished before' in second, second
   assert {d: tree_digest(out / d) for d in before} == before
   assert (out / 'results.json').read_text() == report
+
+  # An MLM run the study did not train (here: its record dropped, as for a run trained by hand
+  # and put in place): main finds it finished in seconds, which the report must not quote as
+  # its pretraining wall time.
+  state = json.loads((out / 'state.json').read_text())
+  del state['pretrain_mlm']
+  (out / 'state.json').write_text(json.dumps(state))
+  third = run_study(out, corpus)
+  assert 'pretrain_mlm: running' in third and 'pretrain_electra: finished before' in third
+  results = json.loads((out / 'results.json').read_text())
+  assert results['untimed_steps'] == {'pretrain_mlm': results['pretraining']['mlm']['steps']}
+  markdown = (out / 'results.md').read_text()
+  assert 'not timed (trained before the study ran it)' in markdown
+  assert markdown.count('not timed') == 1  # ELECTRA's pretraining kept its own time
 
 
 def test_bad_parts_is_one_clear_error(tmp_path):
