@@ -240,6 +240,7 @@ def write_report(args) -> list[str]:
 def main(argv=None):
   args = parse_args(argv)
   os.makedirs(args.out, exist_ok=True)
+  study_parts.stop_parts_on_sigterm()
   state = study_parts.load_state(args.out)
   started = time.perf_counter()
   starts = [None, *args.steps] if args.random_init else args.steps

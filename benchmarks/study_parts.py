@@ -9,6 +9,7 @@ once, each as soon as the parts it needs have ended well.
 import concurrent.futures
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -30,6 +31,27 @@ def load_state(out: str) -> dict:
 
 STATE_LOCK = threading.Lock()  # parts running at once record into one state
 RAN_A_PART = threading.Event()  # this invocation's wall time counts toward the study's
+STOPPING = threading.Event()  # the study got SIGTERM: it starts no part and waits for its running ones
+# The parts' processes now running, for SIGTERM to reach. Re-entrant: the handler runs in the main
+# thread, which may hold the lock itself (a part run from the main thread, as the data part is).
+RUNNING_LOCK = threading.RLock()
+RUNNING: set[subprocess.Popen] = set()
+
+
+def stop_parts_on_sigterm():
+  """From now on SIGTERM stops the study the way it stops main on a preempted VM.
+
+  The running parts get it too (main saves where it is and ends), the study waits for them, starts
+  nothing more and ends with a line saying how to resume. Left to Python's default, SIGTERM
+  would end the study at once and its parts would run on without it, writing checkpoints into
+  the study's directory after it had gone (and into a new study's, if the directory was reused).
+  """
+  def stop(signum, frame):
+    STOPPING.set()
+    with RUNNING_LOCK:
+      for process in RUNNING:
+        process.send_signal(signal.SIGTERM)
+  signal.signal(signal.SIGTERM, stop)
 
 
 def save_state(out: str, state: dict):
@@ -54,6 +76,8 @@ def run_part(out: str, state: dict, name: str, command: list[str], what: str,
   The wall time of every attempt is added up, an interrupted one included, and the attempts
   are counted, so that a report can say when a wall time spans more than one.
   """
+  if STOPPING.is_set():
+    sys.exit(f'{name}: not started: the study was stopped (SIGTERM); run it again to go on')
   log_path = os.path.join(out, 'logs', f'{name}.log')
   os.makedirs(os.path.dirname(log_path), exist_ok=True)
   on = f', cores {",".join(map(str, sorted(cores)))}' if cores else ''
@@ -69,11 +93,12 @@ def run_part(out: str, state: dict, name: str, command: list[str], what: str,
     with open(log_path, 'a') as log:
       log.write('$ ' + ' '.join(command) + '\n')
       log.flush()
-      returncode = subprocess.run(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                                  env=child_env(out), preexec_fn=pin).returncode
+      returncode = run_reachable(command, log, child_env(out), pin)
   finally:
     record['seconds'] = round(record['seconds'] + time.perf_counter() - started, 1)
     save_state(out, state)
+  if returncode and STOPPING.is_set():
+    sys.exit(f'{name}: stopped (SIGTERM, exit {returncode}); run the study again to redo it')
   if returncode:
     with open(log_path) as f:
       tail = ''.join(f.readlines()[-15:])
@@ -83,6 +108,21 @@ def run_part(out: str, state: dict, name: str, command: list[str], what: str,
   record['command'] = command
   save_state(out, state)
   say(f'{name}: done in {format_duration(record["seconds"])}')
+
+
+def run_reachable(command: list[str], log, env: dict[str, str], pin) -> int:
+  """Runs a part's process to its end, where a SIGTERM to the study reaches it; its exit status."""
+  process = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env,
+                             preexec_fn=pin)
+  with RUNNING_LOCK:
+    RUNNING.add(process)
+    if STOPPING.is_set():  # the signal came between its start and here
+      process.send_signal(signal.SIGTERM)
+  try:
+    return process.wait()
+  finally:
+    with RUNNING_LOCK:
+      RUNNING.discard(process)
 
 
 def child_env(out: str) -> dict[str, str]:

@@ -180,6 +180,7 @@ def main(argv=None):
   cores = study_parts.usable_cores()
   shares = [set(cores[i::len(args.objectives)]) for i in range(len(args.objectives))]
 
+  study_parts.stop_parts_on_sigterm()
   rates = probe(args, data_dir, shares)
   unit = transfer_study.plan_pretraining(study_args(args, 1000, []), data_dir)
   # Starting and compiling again, evaluation's program too: half as much again as the probe's.

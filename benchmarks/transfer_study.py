@@ -308,6 +308,7 @@ def main(argv=None):
   args = parse_args(argv)
   args.out = os.path.abspath(args.out)
   os.makedirs(args.out, exist_ok=True)
+  study_parts.stop_parts_on_sigterm()
   state = study_parts.load_state(args.out)
   started = time.perf_counter()
   try:

@@ -147,6 +147,9 @@ def test_benchmark_command_prints_one_json_record():
   assert record['model_flops_per_step'] == 3 * 239_452_160
   assert 0 < record['mfu'] and np.isfinite(record['final_loss'])
   assert record['tokens_per_s'] == pytest.approx(8 * 32 / record['median_step_s'])
+  # Steps dispatched back to back: never slower than the slowest step timed to completion.
+  assert 0 < record['pipelined_step_s'] < 2 * record['max_step_s']
+  assert record['pipelined_tokens_per_s'] == pytest.approx(8 * 32 / record['pipelined_step_s'])
 
 
 def test_benchmark_command_reports_a_misspelt_field_in_one_line():

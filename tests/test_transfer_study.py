@@ -3,9 +3,12 @@ everything, and the acceptance checks' arithmetic."""
 
 import importlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 
 import ml_collections
 import pytest
@@ -310,6 +313,56 @@ def test_a_part_that_ends_well_but_unfinished_is_not_recorded_as_done(tmp_path, 
       'not timed (trained before the study ran it)'
   assert report.pretraining_wall(wall, {}, {'pretrain_y': 300}, 'pretrain_y', 900) == \
       '47m48s for its last 600 steps (the first 300 trained before the study ran it)'
+
+
+# A part's process: says it is up, then waits; SIGTERM makes it "save" (a marker) and end well.
+STOPPABLE_PART = """
+import os, signal, sys, time
+base = sys.argv[1]
+signal.signal(signal.SIGTERM, lambda *_: (open(base + '.saved', 'w').close(), sys.exit(0)))
+with open(base + '.tmp', 'w') as f:
+  f.write(str(os.getpid()))
+os.replace(base + '.tmp', base + '.pid')
+time.sleep(120)
+"""
+
+# A study of three parts: a and b at once, c once b has ended. Run as its own process, to be sent
+# SIGTERM as a user or a preempted VM would.
+STUDY_OF_STOPPABLE_PARTS = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import study_parts
+out, python, child = sys.argv[2], sys.executable, sys.argv[3]
+state = {}
+part = lambda name: lambda cores: study_parts.run_part(
+    out, state, name, [python, '-c', child, f'{out}/{name}'], name, cores)
+study_parts.stop_parts_on_sigterm()
+study_parts.run_all({'a': (part('a'), ()), 'b': (part('b'), ()), 'c': (part('c'), ('b',))}, jobs=2)
+"""
+
+
+def test_sigterm_stops_the_running_parts_with_the_study_and_starts_no_more(tmp_path):
+  """Killing a study must not leave its parts running on and writing into its directory."""
+  study = subprocess.Popen(
+      [sys.executable, '-c', STUDY_OF_STOPPABLE_PARTS, str(REPO / 'benchmarks'), str(tmp_path),
+       STOPPABLE_PART], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  pids = [tmp_path / 'a.pid', tmp_path / 'b.pid']
+  deadline = time.monotonic() + 60
+  while not all(p.exists() for p in pids):
+    assert study.poll() is None and time.monotonic() < deadline, study.communicate()
+    time.sleep(0.05)
+  study.send_signal(signal.SIGTERM)
+  out, err = study.communicate(timeout=60)
+  assert study.returncode != 0
+  # Both running parts got the signal and ended (saved) before the study did ...
+  assert (tmp_path / 'a.saved').exists() and (tmp_path / 'b.saved').exists()
+  for pid in pids:
+    with pytest.raises(ProcessLookupError):
+      os.kill(int(pid.read_text()), 0)
+  # ... and c, free to start once b had ended well, did not.
+  assert err.strip().splitlines()[-1] == \
+      'c: not started: the study was stopped (SIGTERM); run it again to go on'
+  assert 'c: running' not in out and not (tmp_path / 'c.pid').exists()
 
 
 def test_whole_study_at_toy_scale_then_a_rerun_skips_everything(tmp_path):
