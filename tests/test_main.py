@@ -102,9 +102,15 @@ def test_killed_run_resumes_to_identical_losses(finished_run, tmp_path):
 def test_raising_num_train_steps_continues(finished_run, tmp_path):
   workdir = tmp_path / 'continued'
   os.system(f'cp -r {finished_run} {workdir}')
-  result = run(workdir, '--config.num_train_steps=70')
+  saved = (workdir / 'config.json').read_text()
+  result = run(workdir, '--config.num_train_steps=70', '--config.learning_rate=0.0005')
   assert 'resuming at step 60 of 70' in result.stderr
   assert max(metrics(workdir)) == 70
+  # The settings of steps 1-60 are not lost to the new ones, and the log names each change.
+  assert (workdir / 'config.until-60.json').read_text() == saved
+  assert json.loads((workdir / 'config.json').read_text())['learning_rate'] == 0.0005
+  changed = next(line for line in result.stderr.splitlines() if 'changed settings' in line)
+  assert 'learning_rate: 0.001 -> 0.0005; num_train_steps: 60 -> 70' in changed
 
 
 # ---- objective=mlm: the BERT baseline through the same command --------------------------------

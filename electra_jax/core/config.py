@@ -363,6 +363,40 @@ def check_workdir_config(config: ml_collections.ConfigDict, workdir: str):
                      '--workdir or the config that run was started with')
 
 
+def flat_fields(tree: dict, prefix: str = '') -> dict:
+  """{'data.batch': 8, ...}: a nested config's leaves by dotted name."""
+  flat = {}
+  for key, value in tree.items():
+    if isinstance(value, dict):
+      flat.update(flat_fields(value, f'{prefix}{key}.'))
+    else:
+      flat[f'{prefix}{key}'] = value
+  return flat
+
+
+def keep_config_before_changes(config: ml_collections.ConfigDict, workdir: str,
+                               step: int) -> list[str]:
+  """When a run resumes at `step` with settings other than its saved config.json's (a learning
+  rate, more steps, which also stretch the schedule), keeps that file as config.until-<step>.json
+  before config.json is rewritten, so the workdir still says how its first steps were trained.
+
+  Returns the changes, one 'field: old -> new' each. A file already kept for this step stays: it
+  describes the steps that were checkpointed, while a config.json written by an attempt that
+  saved no checkpoint since describes none.
+  """
+  path = os.path.join(workdir, 'config.json')
+  if not storage.exists(path):
+    return []
+  saved = flat_fields(json.loads(storage.read_text(path)))
+  now = flat_fields(json.loads(config.to_json()))
+  changes = [f'{k}: {saved.get(k)!r} -> {now.get(k)!r}' for k in sorted(saved.keys() | now.keys())
+             if saved.get(k) != now.get(k)]
+  kept = os.path.join(workdir, f'config.until-{step}.json')
+  if changes and not storage.exists(kept):
+    storage.write_text(kept, storage.read_text(path))
+  return changes
+
+
 def save_config(config: ml_collections.ConfigDict, workdir: str):
   """Writes the resolved config as <workdir>/config.json (atomically)."""
   storage.write_text(os.path.join(workdir, 'config.json'), config.to_json(indent=2))

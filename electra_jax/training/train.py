@@ -286,9 +286,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
         fallback=config.checkpoint_fallback)
     state = (create_train_state(config, model, optimizer, replicated) if restored is None
              else restored)
-    if is_chief:
-      config_lib.save_config(config, workdir)  # only once the checkpoint is known to fit
     first_step = int(state.step)
+    if is_chief:
+      if restored is not None and (
+          changes := config_lib.keep_config_before_changes(config, workdir, first_step)):
+        logging.warning('resuming at step %d with changed settings (%s); the settings of the '
+                        'steps before are kept in config.until-%d.json', first_step,
+                        '; '.join(changes), first_step)
+      config_lib.save_config(config, workdir)  # only once the checkpoint is known to fit
     logging.info('%s at step %d of %d on %d device(s); objective %s, %s parameters',
                  'resuming' if restored is not None else 'starting', first_step,
                  config.num_train_steps, jax.device_count(), config.objective,
