@@ -3,7 +3,8 @@
 python benchmarks/linear_probe.py --run=DIR [--run=DIR2 ...] --out=probe.json \
     [--task=SST-2 --data_dir=../shared/data/glue --examples=8000 --steps=all]
 
-For every kept checkpoint of each pretraining run (or --steps), and for the same network at
+For every kept checkpoint of each pretraining run (or --steps), or the one encoder of a Hugging
+Face ELECTRA directory (our export, or a published discriminator), and for the same network at
 random initialisation, the discriminator encodes --examples training sentences of the task and
 its dev set, frozen, in evaluation mode. A logistic regression on each kind of feature
 ([CLS] of the top layer, the mean of the top layer over the real tokens, the mean of the
@@ -18,6 +19,7 @@ import argparse
 import json
 import os
 import sys
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -42,7 +44,8 @@ RANDOM_SEED = 0  # the random-init network: the pretraining model's initialiser 
 def parse_args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--run', action='append', required=True,
-                      help='a pretraining workdir (repeat for several); all probed alike')
+                      help='a pretraining workdir or a Hugging Face ELECTRA directory (repeat '
+                      'for several); all probed alike')
   parser.add_argument('--out', required=True, help='JSON file for every score')
   parser.add_argument('--task', default='SST-2', help='a single-sentence or pair GLUE task')
   parser.add_argument('--data_dir', default=os.path.join(os.path.dirname(REPO), 'shared',
@@ -124,6 +127,31 @@ def probe(params, model_config, train_inputs, train_y, dev_inputs, dev_y) -> dic
   return scores
 
 
+def probe_points(path: str, steps: str) -> tuple[Any, Any, str, list[tuple]]:
+  """(model config, vocabulary, objective, [(step, FLOPs, encoder params)]) to probe at `path`.
+
+  A pretraining workdir gives its kept checkpoints (or `steps`, comma-separated), each with the
+  FLOPs spent to reach it; a Hugging Face ELECTRA directory (an export, or a published
+  discriminator) gives its one encoder as step 'hf', its FLOPs unknown. Both start with step 0,
+  the same network at random initialisation (encoder params None).
+  """
+  if not init.is_run(path):
+    start = init.from_hf(path)
+    return start.model, start.vocab, 'hf', [(0, 0, None), ('hf', None, start.params)]
+  config = exporting.load_run_config(path)
+  manager = checkpoint.make_manager(path, config.keep_checkpoints)
+  kept = sorted(manager.all_steps())
+  manager.close()
+  chosen = kept if steps == 'all' else [int(s) for s in steps.split(',')]
+  step_flops = flops.train_step_flops(config)
+  vocab = exporting.load_run(path, kept[-1]).vocab
+  points = [(0, 0, None)]
+  for step in chosen:
+    params = pretrain_model.discriminator_view(exporting.load_run(path, step).params)
+    points.append((step, step * step_flops, {k: params[k] for k in init.ENCODER}))
+  return config.model, vocab, config.objective, points
+
+
 def main(argv=None):
   args = parse_args(argv)
   task = tasks.get_task(args.task)
@@ -134,33 +162,24 @@ def main(argv=None):
   train_examples = features.subset(data.train, args.examples)
   dev_examples = next(iter(data.dev.values()))
   results = {'task': args.task, 'examples': args.examples, 'runs': {}}
-  for run_dir in args.run:
-    config = exporting.load_run_config(run_dir)
-    manager = checkpoint.make_manager(run_dir, config.keep_checkpoints)
-    kept = sorted(manager.all_steps())
-    manager.close()
-    steps = kept if args.steps == 'all' else [int(s) for s in args.steps.split(',')]
-    step_flops = flops.train_step_flops(config)
-    vocab = exporting.load_run(run_dir, kept[-1]).vocab
+  for path in args.run:
+    model, vocab, objective, points = probe_points(path, args.steps)
     encode = lambda examples: features.trim_padding(
         features.encode(examples, vocab, args.max_seq_length))
     train_inputs, dev_inputs = encode(train_examples), encode(dev_examples)
     rows = {}
-    for step in [0, *steps]:
-      # Fine-tuning's random-init start, with the run's encoder in place from a checkpoint.
-      start = init.Start(config.model, vocab, None, 'random initialisation')
-      if step:
-        params = exporting.load_run(run_dir, step).params
-        start = start._replace(params={k: pretrain_model.discriminator_view(params)[k]
-                                       for k in init.ENCODER})
-      params = init.initial_params(model_lib.Classifier(config.model, num_outputs=1), start,
+    for step, step_flops, encoder in points:
+      # Fine-tuning's random-init start, with the pretrained encoder in place where there is one.
+      start = init.Start(model, vocab, encoder, 'random initialisation')
+      params = init.initial_params(model_lib.Classifier(model, num_outputs=1), start,
                                    RANDOM_SEED, args.max_seq_length)
-      scores = probe(params, config.model, train_inputs, train_examples.labels,
+      scores = probe(params, model, train_inputs, train_examples.labels,
                      dev_inputs, dev_examples.labels)
-      rows[step] = {'flops': step * step_flops, **scores}
-      print(f'{run_dir} step {step:>6} ({step * step_flops:.2e} FLOPs): ' +
+      rows[step] = {'flops': step_flops, **scores}
+      spent = 'FLOPs unknown' if step_flops is None else f'{step_flops:.2e} FLOPs'
+      print(f'{path} step {step:>6} ({spent}): ' +
             ', '.join(f'{k} {v["accuracy"]:.3f}' for k, v in scores.items()), flush=True)
-    results['runs'][run_dir] = {'objective': config.objective, 'steps': rows}
+    results['runs'][path] = {'objective': objective, 'steps': rows}
   with open(args.out, 'w') as f:
     json.dump(results, f, indent=1)
 

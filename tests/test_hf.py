@@ -22,7 +22,7 @@ import safetensors.numpy
 import torch
 import transformers
 
-from conftest import REPO, WIKITEXT, error_line
+from conftest import REPO, SHARED_DATA, WIKITEXT, error_line, real_file
 from electra_jax.core import config as config_lib
 from electra_jax.data import packing, vocab as vocab_lib
 from electra_jax.core.errors import UsageError
@@ -476,3 +476,30 @@ def test_command_line_errors_are_one_line(tmp_path):
                        ('electra_jax.import_hf', [f'--hf_dir={tmp_path}', f'--workdir={tmp_path}/w',
                                                   f'--config={REPO / "configs" / "tiny.py"}'])):
     error_line(cli(module, *args))
+
+
+# ---- the linear probes read an export as they read the run -------------------------------------
+
+def test_linear_probe_scores_an_export_as_the_run_it_came_from(trained, tmp_path):
+  """benchmarks/linear_probe.py takes a Hugging Face ELECTRA directory as it takes a run: the
+  exported encoder probes to the scores of the run's checkpoint, and the random-init row is the
+  same network's."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.spec_from_file_location('linear_probe',
+                                                REPO / 'benchmarks' / 'linear_probe.py')
+  linear_probe = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(linear_probe)
+  workdir, out = trained
+  glue = real_file(SHARED_DATA / 'glue' / 'SST-2' / 'train.tsv').parents[1]
+  linear_probe.main([f'--run={workdir}', f'--run={out / "discriminator"}', f'--data_dir={glue}',
+                     '--examples=300', '--max_seq_length=64', f'--out={tmp_path / "probe.json"}'])
+  runs = json.loads((tmp_path / 'probe.json').read_text())['runs']
+  from_run, from_hf = runs[str(workdir)], runs[str(out / 'discriminator')]
+  assert from_hf['objective'] == 'hf' and set(from_hf['steps']) == {'0', 'hf'}
+  assert from_hf['steps']['hf']['flops'] is None
+  assert from_run['steps'][str(TRAIN_STEPS)]['flops'] > 0
+  strip = lambda row: {k: v for k, v in row.items() if k != 'flops'}
+  assert strip(from_hf['steps']['hf']) == strip(from_run['steps'][str(TRAIN_STEPS)])
+  assert strip(from_hf['steps']['0']) == strip(from_run['steps']['0'])
+  # The pretrained row is not the random one: the test would notice the export being ignored.
+  assert strip(from_hf['steps']['hf']) != strip(from_hf['steps']['0'])
