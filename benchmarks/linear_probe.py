@@ -70,8 +70,7 @@ def encoder_features(params, model_config, inputs, batch_size=256) -> dict[str, 
                                 capture_intermediates=lambda m, _: m.name in wanted,
                                 mutable=['intermediates'])
     embedded, hidden = (state['intermediates'][k]['__call__'][0] for k in wanted)
-    real = (ids != 0)[..., None].astype(jnp.float32)
-    mean = lambda x: (x * real).sum(1) / real.sum(1)
+    mean = lambda x: model_lib.pool(x, ids, 'mean')
     return {'cls': hidden[:, 0], 'mean': mean(hidden), 'embeddings_mean': mean(embedded)}
 
   out = {k: [] for k in FEATURES}

@@ -21,7 +21,7 @@ from electra_jax.training import checkpoint, train
 from electra_jax.core import config as config_lib, optim as pretrain_optim
 from electra_jax.core.errors import UsageError
 from electra_jax.finetune import cpu_threefry, features, glue_data, init, model as model_lib
-from electra_jax.finetune import optim, tasks
+from electra_jax.finetune import optim, settings, tasks
 from electra_jax.finetune import train as finetune
 
 GLUE_CONFIG = str(REPO / 'configs' / 'finetune' / 'glue.py')
@@ -189,6 +189,41 @@ def test_trimmed_padding_leaves_the_outputs_unchanged():
                                             inputs['segment_ids'])
   np.testing.assert_allclose(outputs(trimmed), outputs({'input_ids': ids, 'segment_ids': segments}),
                              rtol=1e-6, atol=1e-6)
+
+
+def test_mean_pooling_reads_the_real_tokens_mean_and_the_config_reaches_it():
+  """pooling='mean': the head's logits are its dense layer on the top layer's mean over the
+  real tokens (float64 reference from the captured sequence output); padding, however long,
+  does not move them, while 'cls' reads only position 0. The resolved config builds the
+  classifier with the pooling it names, and an unknown name is one error with the choices."""
+  ids = np.asarray(np.random.default_rng(1).integers(5, 40, (3, 24)), np.int32)
+  ids[0, 9:], ids[1, 17:] = 0, 0
+  segments = np.zeros_like(ids)
+  mean_head = model_lib.Classifier(tiny_model(40), 3, pooling='mean')
+  params = model_lib.init_params(mean_head, jax.random.PRNGKey(0), 24)
+  logits, state = mean_head.apply({'params': params}, ids, segments,
+                                  capture_intermediates=lambda m, _: m.name == 'discriminator',
+                                  mutable=['intermediates'])
+  hidden = np.asarray(state['intermediates']['discriminator']['__call__'][0], np.float64)
+  real = (ids != 0)[..., None]
+  pooled = (hidden * real).sum(1) / real.sum(1)
+  head = jax.tree.map(lambda x: np.asarray(x, np.float64), params['classifier'])
+  np.testing.assert_allclose(logits, pooled @ head['kernel'] + head['bias'], rtol=1e-5, atol=1e-6)
+  padded = np.pad(ids, ((0, 0), (0, 8)))
+  np.testing.assert_allclose(mean_head.apply({'params': params}, padded, np.zeros_like(padded)),
+                             logits, rtol=1e-5, atol=1e-6)
+  cls_logits = model_lib.Classifier(tiny_model(40), 3).apply({'params': params}, ids, segments)
+  np.testing.assert_allclose(cls_logits, hidden[:, 0] @ head['kernel'] + head['bias'],
+                             rtol=1e-5, atol=1e-6)
+  assert np.abs(cls_logits - logits).max() > 1e-3
+
+  task = tasks.TASKS['SST-2']
+  resolve = lambda **kw: settings.resolve(finetune_config(task='SST-2', **kw), task,
+                                          tiny_model(40), 1)
+  assert finetune.classifier_of(resolve(), tiny_model(40), 2).pooling == 'cls'
+  assert finetune.classifier_of(resolve(pooling='mean'), tiny_model(40), 2).pooling == 'mean'
+  with pytest.raises(UsageError, match=r"config.pooling='max': use 'cls'.*or 'mean'"):
+    resolve(pooling='max')
 
 
 # ---- the training loop ----------------------------------------------------------------------

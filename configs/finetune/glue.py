@@ -53,6 +53,9 @@ def get_config():
   c.warmup_proportion = 0.1    # linear warmup over this share of the steps, x linear decay
   c.weight_decay = 0.01        # decoupled; not on LayerNorm parameters or biases
   c.head_dropout = 0.1         # on the [CLS] vector before the head
+  # What the head reads: 'cls' (the recipe: the [CLS] vector) or 'mean' (the top layer's mean
+  # over the real tokens, as benchmarks/linear_probe.py's 'mean' feature).
+  c.pooling = 'cls'
   # The encoder's dropout (hidden and attention) while fine-tuning; -1 = the start's own, i.e.
   # the rates its pretraining ran with (or its Hugging Face config's). Set 0.1 to fine-tune a
   # network pretrained without dropout the way the recipe fine-tunes one pretrained with it.

@@ -4,7 +4,9 @@ Its parameter tree holds `embeddings` and `discriminator` exactly as the pretrai
 `Electra` names them, so a pretrained checkpoint's subtrees drop in unchanged, plus `classifier`,
 the new head: [CLS] vector -> dropout -> one dense layer (num_labels logits, or 1 score for a
 regression task). As in the original there is no pooler, and the head is initialised with
-Glorot-uniform (TensorFlow's default for a dense layer given no initializer).
+Glorot-uniform (TensorFlow's default for a dense layer given no initializer). `pooling='mean'`
+reads the mean of the top layer over the real tokens instead of [CLS]: replaced-token detection
+never asks [CLS] anything, so a small encoder's sentence information may sit in its tokens.
 """
 
 import functools
@@ -39,13 +41,27 @@ class Classifier(nn.Module):
   head_dropout_rate: float = 0.1
   dtype: Any = jnp.float32
   attention: str = 'auto'  # layers.SelfAttention.implementation, used where attention dropout is off
+  pooling: str = 'cls'  # POOLINGS: what the head reads of the sequence output
 
   @nn.compact
   def __call__(self, input_ids, segment_ids, deterministic: bool = True):
     hidden = encode(self, input_ids, segment_ids, deterministic)
-    first = nn.Dropout(self.head_dropout_rate)(hidden[:, 0], deterministic=deterministic)
+    pooled = nn.Dropout(self.head_dropout_rate)(pool(hidden, input_ids, self.pooling),
+                                                deterministic=deterministic)
     return nn.Dense(self.num_outputs, kernel_init=nn.initializers.glorot_uniform(),
-                    dtype=jnp.float32, name='classifier')(first)
+                    dtype=jnp.float32, name='classifier')(pooled)
+
+
+POOLINGS = ('cls', 'mean')
+
+
+def pool(hidden, input_ids, pooling: str):
+  """[B, H] of the sequence output [B, L, H]: its first ([CLS]) vector, or its mean over the
+  real tokens ([CLS] and [SEP] included, padding (id 0) not)."""
+  if pooling == 'cls':
+    return hidden[:, 0]
+  real = (input_ids != 0)[..., None].astype(hidden.dtype)
+  return (hidden * real).sum(1) / real.sum(1)
 
 
 def init_params(model: Classifier, rng, max_seq_length: int):

@@ -9,11 +9,12 @@ import ml_collections
 from electra_jax.training import nonfinite
 from electra_jax.core.config import load_config_file
 from electra_jax.core.errors import UsageError
+from electra_jax.finetune.model import POOLINGS
 from electra_jax.finetune.tasks import Task
 
 # Fields of configs/finetune/glue.py that only GLUE's data and classifier read.
 GLUE_ONLY = ('tfds_name', 'tfds_data_dir', 'max_train_examples', 'swap_pairs', 'predict_test',
-             'head_dropout')
+             'head_dropout', 'pooling')
 
 # Per model size: peak learning rate and layer-wise decay (ELECTRA paper, Appendix).
 SIZES = {'small': (3e-4, 0.8), 'base': (1e-4, 0.8), 'large': (5e-5, 0.9)}
@@ -73,6 +74,9 @@ def resolve(config: ml_collections.ConfigDict, task: Task, model: ml_collections
   if c.get('length_multiple', 0) < 0:
     raise UsageError(f'config.length_multiple={c.length_multiple}: use a positive multiple to cut '
                      "each batch to its longest example, or 0 for the training set's length")
+  if c.pooling not in POOLINGS:
+    raise UsageError(f"config.pooling={c.pooling!r}: use 'cls' (the [CLS] vector, the recipe) or "
+                     "'mean' (the mean of the top layer over the real tokens)")
   nonfinite.validate(c)
   if c.num_epochs <= 0 or c.learning_rate <= 0 or not 0 < c.layer_decay <= 1:
     raise UsageError('config.num_epochs and learning_rate must be positive and layer_decay in '

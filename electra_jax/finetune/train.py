@@ -39,6 +39,12 @@ from electra_jax.finetune import model as model_lib, settings, tasks
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 
 
+def classifier_of(config, model_config, num_outputs: int) -> model_lib.Classifier:
+  """The GLUE network a resolved fine-tuning `config` trains on `model_config` (the start's)."""
+  return model_lib.Classifier(model_config, num_outputs, config.head_dropout,
+                              DTYPES[config.dtype], config.attention, config.pooling)
+
+
 def loss_fn(params, batch, rng, *, model, regression: bool):
   outputs = model.apply({'params': params}, batch['input_ids'], batch['segment_ids'],
                         deterministic=False, rngs={'dropout': rng})
@@ -347,8 +353,7 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   total_steps = max(1, int(len(train_set) * config.num_epochs / config.batch_size))
 
   prepare_workdir(config, workdir)
-  model = model_lib.Classifier(start.model, task.num_outputs, config.head_dropout,
-                               DTYPES[config.dtype], config.attention)
+  model = classifier_of(config, start.model, task.num_outputs)
   shapes = model_lib.param_shapes(model, config.max_seq_length)
   optimizer = optim.make_optimizer(config, shapes, start.model.num_layers, total_steps)
   compiled = compile_steps(model, optimizer, task.is_regression, pretrain.make_mesh())

@@ -125,8 +125,7 @@ def lower_finetune_step(config: ml_collections.ConfigDict, devices, num_examples
   """
   from electra_jax.finetune import model as model_lib, optim as ft_optim  # pylint: disable=g-import-not-at-top
   from electra_jax.finetune import train as ft_train  # pylint: disable=g-import-not-at-top
-  model = model_lib.Classifier(config.model, num_outputs, config.head_dropout,
-                               ft_train.DTYPES[config.dtype], config.attention)
+  model = ft_train.classifier_of(config, config.model, num_outputs)
   shapes = model_lib.param_shapes(model, config.max_seq_length)
   total_steps = max(1, int(num_examples * config.num_epochs / config.batch_size))
   optimizer = ft_optim.make_optimizer(config, shapes, config.model.num_layers, total_steps)
