@@ -74,7 +74,7 @@ def resolve(config: ml_collections.ConfigDict, task: Task, model: ml_collections
   if c.get('length_multiple', 0) < 0:
     raise UsageError(f'config.length_multiple={c.length_multiple}: use a positive multiple to cut '
                      "each batch to its longest example, or 0 for the training set's length")
-  if c.pooling not in POOLINGS:
+  if 'pooling' in c and c.pooling not in POOLINGS:  # GLUE's head; SQuAD and chunk have none
     raise UsageError(f"config.pooling={c.pooling!r}: use 'cls' (the [CLS] vector, the recipe) or "
                      "'mean' (the mean of the top layer over the real tokens)")
   nonfinite.validate(c)
