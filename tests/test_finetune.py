@@ -216,6 +216,10 @@ def test_mean_pooling_reads_the_real_tokens_mean_and_the_config_reaches_it():
   np.testing.assert_allclose(cls_logits, hidden[:, 0] @ head['kernel'] + head['bias'],
                              rtol=1e-5, atol=1e-6)
   assert np.abs(cls_logits - logits).max() > 1e-3
+  empty = mean_head.apply({'params': params}, np.zeros_like(ids), segments)  # a filler row
+  np.testing.assert_allclose(empty, np.broadcast_to(head['bias'], empty.shape), atol=1e-6)
+  with pytest.raises(ValueError, match="pooling='max'"):
+    model_lib.pool(jnp.zeros((1, 4, 8)), jnp.ones((1, 4), jnp.int32), 'max')
 
   task = tasks.TASKS['SST-2']
   resolve = lambda **kw: settings.resolve(finetune_config(task='SST-2', **kw), task,

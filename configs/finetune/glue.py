@@ -52,7 +52,7 @@ def get_config():
   c.eval_batch_size = 128
   c.warmup_proportion = 0.1    # linear warmup over this share of the steps, x linear decay
   c.weight_decay = 0.01        # decoupled; not on LayerNorm parameters or biases
-  c.head_dropout = 0.1         # on the [CLS] vector before the head
+  c.head_dropout = 0.1         # on the pooled vector before the head
   # What the head reads: 'cls' (the recipe: the [CLS] vector) or 'mean' (the top layer's mean
   # over the real tokens, as benchmarks/linear_probe.py's 'mean' feature).
   c.pooling = 'cls'

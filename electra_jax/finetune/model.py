@@ -57,11 +57,14 @@ POOLINGS = ('cls', 'mean')
 
 def pool(hidden, input_ids, pooling: str):
   """[B, H] of the sequence output [B, L, H]: its first ([CLS]) vector, or its mean over the
-  real tokens ([CLS] and [SEP] included, padding (id 0) not)."""
+  real tokens ([CLS] and [SEP] included, padding (id 0) not). An all-padding row (the filler
+  of a last evaluation batch) pools to zeros, not 0/0."""
   if pooling == 'cls':
     return hidden[:, 0]
+  if pooling != 'mean':
+    raise ValueError(f'pooling={pooling!r}: use one of {POOLINGS}')
   real = (input_ids != 0)[..., None].astype(hidden.dtype)
-  return (hidden * real).sum(1) / real.sum(1)
+  return (hidden * real).sum(1) / jnp.maximum(real.sum(1), 1)
 
 
 def init_params(model: Classifier, rng, max_seq_length: int):
