@@ -196,6 +196,29 @@ def test_temperatures_that_cannot_be_sampled_at_are_refused():
       config_lib.validate(changed, 1)
 
 
+def test_numbers_outside_their_meaning_are_refused_and_their_edges_are_not():
+  """A dropout of 1, Adam's b2 of 1 or a mask rate above 1 would train without an error, on
+  something else than was meant: each is refused, naming the field and its interval."""
+  config = config_lib.default_config()
+  config.data.train_files = 'x.txt'
+  edges = {'model.dropout_rate': 0.0, 'model.attention_dropout_rate': 0.0, 'weight_decay': 0.0,
+           'adam_b1': 0.0, 'adam_eps': 0.0, 'warmup_steps': 0, 'disc_weight': 0.0,
+           'mask_prob': 0.99}
+  for name, value in edges.items():
+    changed = config.copy_and_resolve_references()
+    changed.update_from_flattened_dict({name: value})
+    config_lib.validate(changed, 1)
+  refused = {'model.dropout_rate': (1.0, r'\[0, 1\)'), 'model.attention_dropout_rate': (-0.1, r'\[0, 1\)'),
+             'adam_b2': (1.0, r'\[0, 1\)'), 'weight_decay': (-0.01, r'\[0, inf\)'),
+             'mask_prob': (1.5, r'\(0, 1\)'), 'learning_rate': (0.0, r'\(0, inf\)'),
+             'max_grad_norm': (0.0, r'\(0, inf\)'), 'gen_weight': (float('nan'), r'\[0, inf\)')}
+  for name, (value, interval) in refused.items():
+    changed = config.copy_and_resolve_references()
+    changed.update_from_flattened_dict({name: value})
+    with pytest.raises(UsageError, match=rf'config\.{name}={value}: use a value in {interval}'):
+      config_lib.validate(changed, 1)
+
+
 def test_remat_changes_nothing_but_memory():
   config = small_config()
   batches = random_batches(2, 8)

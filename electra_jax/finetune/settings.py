@@ -7,6 +7,7 @@ resolved config, with every number used, is what DIR/config.json records.
 import ml_collections
 
 from electra_jax.training import nonfinite
+from electra_jax.core import bounds
 from electra_jax.core.config import load_config_file
 from electra_jax.core.errors import UsageError
 from electra_jax.finetune.model import POOLINGS
@@ -77,6 +78,7 @@ def resolve(config: ml_collections.ConfigDict, task: Task, model: ml_collections
   if 'pooling' in c and c.pooling not in POOLINGS:  # GLUE's head; SQuAD and chunk have none
     raise UsageError(f"config.pooling={c.pooling!r}: use 'cls' (the [CLS] vector, the recipe) or "
                      "'mean' (the mean of the top layer over the real tokens)")
+  bounds.check(c, {**bounds.OPTIMIZER, 'warmup_proportion': '[0, 1]', 'head_dropout': '[0, 1)'})
   nonfinite.validate(c)
   if c.num_epochs <= 0 or c.learning_rate <= 0 or not 0 < c.layer_decay <= 1:
     raise UsageError('config.num_epochs and learning_rate must be positive and layer_decay in '

@@ -1,0 +1,35 @@
+"""Numeric config fields checked against the interval where they mean something.
+
+A rate of 1.5 or a negative weight decay raises no error anywhere downstream: the run trains on
+something other than what was meant (a dropout rate of 1 zeroes its input, Adam with b2 = 1
+never updates its second moment, a mask rate above 1 asks for more positions than a sequence
+has). So each such field is refused before anything runs, naming its value and its interval.
+An interval is written as it reads in the message: '[0, 1)', '(0, inf)'.
+"""
+
+from electra_jax.core.errors import UsageError
+
+# Both trainers' optimizer fields (pretraining's and fine-tuning's configs spell them alike).
+OPTIMIZER = {'weight_decay': '[0, inf)', 'adam_b1': '[0, 1)', 'adam_b2': '[0, 1)',
+             'adam_eps': '[0, inf)', 'max_grad_norm': '(0, inf)'}
+
+
+def within(value: float, interval: str) -> bool:
+  """Whether `value` lies in `interval` ('[a, b]', '(a, b)' or mixed; 'inf' for no bound)."""
+  low, high = (float(end) for end in interval[1:-1].split(','))
+  above = value >= low if interval[0] == '[' else value > low
+  below = value <= high if interval[-1] == ']' else value < high
+  return above and below  # NaN compares False: refused
+
+
+def check(config, intervals: dict[str, str]):
+  """Raises UsageError for the first field of `intervals` (dotted names under `config`) whose
+  value lies outside its interval. A field the config lacks is skipped: one task family's
+  config has fields another's has not (GLUE's head dropout), and older runs lack newer ones."""
+  for name, interval in intervals.items():
+    *parents, leaf = name.split('.')
+    node = config
+    for part in parents:
+      node = node.get(part, {})
+    if leaf in node and not within(float(node[leaf]), interval):
+      raise UsageError(f'config.{name}={node[leaf]}: use a value in {interval}')
