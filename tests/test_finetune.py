@@ -232,7 +232,8 @@ def test_mean_pooling_reads_the_real_tokens_mean_and_the_config_reaches_it():
 
 def test_fine_tuning_numbers_outside_their_meaning_are_refused():
   """A head dropout of 1 zeroes what the classifier reads and trains to the majority class
-  without an error; such values are refused. SQuAD's config has no such head; its optimizer is checked alike."""
+  without an error; such values are refused. SQuAD's config has no such head; its optimizer is
+  checked alike."""
   task = tasks.TASKS['SST-2']
   resolve = lambda **kw: settings.resolve(finetune_config(task='SST-2', **kw), task,
                                           tiny_model(40), 1)
@@ -240,7 +241,8 @@ def test_fine_tuning_numbers_outside_their_meaning_are_refused():
   for field, value, interval in (('head_dropout', 1.0, r'\[0, 1\)'),
                                  ('warmup_proportion', 1.5, r'\[0, 1\]'),
                                  ('adam_b1', -0.9, r'\[0, 1\)'),
-                                 ('weight_decay', -1.0, r'\[0, inf\)')):
+                                 ('weight_decay', -1.0, r'\[0, inf\)'),
+                                 ('layer_decay', 1.5, r'\(0, 1\]')):
     with pytest.raises(UsageError, match=rf'config\.{field}={value}: use a value in {interval}'):
       resolve(**{field: value})
   squad = config_lib.load_config_file(str(REPO / 'configs' / 'finetune' / 'squad.py'))

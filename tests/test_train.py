@@ -208,7 +208,8 @@ def test_numbers_outside_their_meaning_are_refused_and_their_edges_are_not():
     changed = config.copy_and_resolve_references()
     changed.update_from_flattened_dict({name: value})
     config_lib.validate(changed, 1)
-  refused = {'model.dropout_rate': (1.0, r'\[0, 1\)'), 'model.attention_dropout_rate': (-0.1, r'\[0, 1\)'),
+  refused = {'model.dropout_rate': (1.0, r'\[0, 1\)'),
+             'model.attention_dropout_rate': (-0.1, r'\[0, 1\)'),
              'adam_b2': (1.0, r'\[0, 1\)'), 'weight_decay': (-0.01, r'\[0, inf\)'),
              'mask_prob': (1.5, r'\(0, 1\)'), 'learning_rate': (0.0, r'\(0, inf\)'),
              'max_grad_norm': (0.0, r'\(0, inf\)'), 'gen_weight': (float('nan'), r'\[0, inf\)')}

@@ -12,6 +12,13 @@ from electra_jax.core.errors import UsageError
 # Both trainers' optimizer fields (pretraining's and fine-tuning's configs spell them alike).
 OPTIMIZER = {'weight_decay': '[0, inf)', 'adam_b1': '[0, 1)', 'adam_b2': '[0, 1)',
              'adam_eps': '[0, inf)', 'max_grad_norm': '(0, inf)'}
+# Pretraining's others.
+PRETRAINING = {'learning_rate': '(0, inf)', 'warmup_steps': '[0, inf)', 'mask_prob': '(0, 1)',
+               'gen_weight': '[0, inf)', 'disc_weight': '[0, inf)',
+               'model.dropout_rate': '[0, 1)', 'model.attention_dropout_rate': '[0, 1)'}
+# Fine-tuning's others, as resolved (a 0 taking the recipe's value); head_dropout is GLUE's only.
+FINE_TUNING = {'learning_rate': '(0, inf)', 'num_epochs': '(0, inf)', 'layer_decay': '(0, 1]',
+               'warmup_proportion': '[0, 1]', 'head_dropout': '[0, 1)'}
 
 
 def within(value: float, interval: str) -> bool:

@@ -24,10 +24,6 @@ from electra_jax.core.model import EMBEDDING_SHARING
 
 RNG_IMPLEMENTATIONS = ('threefry2x32', 'rbg', 'unsafe_rbg')
 GENERATOR_KINDS = ('mlm', 'unigram')
-# Pretraining's numeric fields besides the optimizer's (core/bounds.py says why they are checked).
-PRETRAINING_BOUNDS = {'learning_rate': '(0, inf)', 'warmup_steps': '[0, inf)',
-                      'mask_prob': '(0, 1)', 'gen_weight': '[0, inf)', 'disc_weight': '[0, inf)',
-                      'model.dropout_rate': '[0, 1)', 'model.attention_dropout_rate': '[0, 1)'}
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -332,7 +328,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int):
   for name in ('log_every', 'save_every'):
     if config[name] <= 0:
       raise UsageError(f'config.{name} must be a positive number of steps')
-  bounds.check(config, {**bounds.OPTIMIZER, **PRETRAINING_BOUNDS})
+  bounds.check(config, {**bounds.OPTIMIZER, **bounds.PRETRAINING})
   nonfinite.validate(config)
 
 

@@ -78,9 +78,6 @@ def resolve(config: ml_collections.ConfigDict, task: Task, model: ml_collections
   if 'pooling' in c and c.pooling not in POOLINGS:  # GLUE's head; SQuAD and chunk have none
     raise UsageError(f"config.pooling={c.pooling!r}: use 'cls' (the [CLS] vector, the recipe) or "
                      "'mean' (the mean of the top layer over the real tokens)")
-  bounds.check(c, {**bounds.OPTIMIZER, 'warmup_proportion': '[0, 1]', 'head_dropout': '[0, 1)'})
+  bounds.check(c, {**bounds.OPTIMIZER, **bounds.FINE_TUNING})  # layer_decay 1 turns it off
   nonfinite.validate(c)
-  if c.num_epochs <= 0 or c.learning_rate <= 0 or not 0 < c.layer_decay <= 1:
-    raise UsageError('config.num_epochs and learning_rate must be positive and layer_decay in '
-                     '(0, 1] (1 turns the decay off)')
   return c
