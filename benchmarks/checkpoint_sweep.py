@@ -1,7 +1,7 @@
 """Fine-tunes each kept checkpoint of a pretraining run: at what FLOPs does pretraining pay?
 
 python benchmarks/checkpoint_sweep.py --run=RUN --out=DIR [--task=SST-2] [--steps=3000,6000]
-    [--layer_decays=0,1] [--seeds=0]
+    [--layer_decays=0,1] [--seeds=0] [--finetune_set pooling=mean]
 
 RUN is an `electra_jax.main` workdir. Each checkpoint it has committed (or those --steps names),
 and the same network from random initialisation (the run's model and vocabulary), is fine-tuned
@@ -12,7 +12,10 @@ DIR/<start>[-decay-<d>], --jobs at a time on their own cores (study_parts). Then
 DIR/sweep.json, DIR/sweep.md and DIR/sweep.png put, against pretraining FLOPs, the run's
 held-out discriminator AUC and MLM accuracy at each evaluation and each checkpoint's score per
 decay and seed, beside random init's. Running it again skips finished parts and fine-tunes
-checkpoints saved since, so it can follow a run that is still training.
+checkpoints saved since, so it can follow a run that is still training. `--finetune_set
+FIELD=VALUE` (repeatable) gives every fine-tuning run one more setting of
+configs/finetune/glue.py, e.g. `pooling=mean` or `reinit=embeddings`, and keeps its runs
+beside those without (DIR/step-N-pooling=mean).
 """
 
 import argparse
@@ -30,6 +33,11 @@ from electra_jax.training.report import format_duration
 SHARED = os.path.join(os.path.dirname(finetune_glue.REPO), 'shared', 'data')
 CURVES = {'eval_disc_auc': 'held-out discriminator AUC',
           'eval_mlm_accuracy': 'held-out MLM accuracy'}
+# Fine-tuning fields each part's command sets from the sweep's own flags.
+SWEEP_FIELDS = {'init_from': '--run', 'init_step': '--steps', 'layer_decay': '--layer_decays',
+                'task': '--task', 'data_dir': '--glue_dir', 'seeds': '--seeds',
+                'max_seq_length': '--max_seq_length', 'max_train_examples': '--train_examples',
+                'num_epochs': '--finetune_epochs'}
 
 
 def parse_args(argv=None):
@@ -50,7 +58,10 @@ def parse_args(argv=None):
   parser.add_argument('--train_examples', type=int, default=20_000,
                       help='one fixed draw (seed 0) of the training set; 0 = all of it')
   parser.add_argument('--finetune_epochs', type=float, default=0.0,
-                      help="0 = the recipe's; less is for tests")
+                      help="0 = the recipe's (3); the paper gives small tasks 10")
+  parser.add_argument('--finetune_set', action='append', default=[], metavar='FIELD=VALUE',
+                      help='one more fine-tuning config setting for every start, e.g. '
+                      '--finetune_set pooling=mean; repeat for more')
   parser.add_argument('--jobs', type=int, default=1,
                       help='checkpoints fine-tuned at once, each on its own cores')
   args = parser.parse_args(argv)
@@ -77,6 +88,13 @@ def parse_args(argv=None):
   if not args.layer_decays or any(not 0 <= d <= 1 for d in args.layer_decays):
     raise UsageError(f'--layer_decays={args.layer_decays}: each in [0, 1] (0 = the recipe\'s, '
                      '1 = none)')
+  for setting in args.finetune_set:
+    field = setting.split('=', 1)[0]
+    if '=' not in setting or not field:
+      raise UsageError(f'--finetune_set {setting}: give FIELD=VALUE, e.g. pooling=mean')
+    if field in SWEEP_FIELDS:
+      raise UsageError(f'--finetune_set {setting}: the sweep sets {field} itself; use '
+                       f'{SWEEP_FIELDS[field]}')
   return args
 
 
@@ -90,20 +108,25 @@ def init_flags(args, step: int | None, decay: float) -> list[str]:
                                          finetune_glue.run_vocab(args.run)) + decay_flags
 
 
-def part_name(step: int | None, decay: float) -> str:
-  start = 'random' if step is None else f'step-{step}'
-  return f'{start}-decay-{decay:g}' if decay else start
+def part_name(args, step: int | None, decay: float) -> str:
+  """The part's folder: its start, its decay and the user's settings, so that a sweep with other
+  --finetune_set values keeps its runs beside this one's."""
+  name = 'random' if step is None else f'step-{step}'
+  if decay:
+    name += f'-decay-{decay:g}'
+  return ''.join([name, *(f"-{s.replace('/', '_')}" for s in args.finetune_set)])
 
 
 def fine_tune(args, state: dict, step: int | None, decay: float,
               cores: set[int] | None = None):
-  name = part_name(step, decay)
+  name = part_name(args, step, decay)
   out = os.path.join(args.out, name)
   command = finetune_glue.fine_tune_command(
       args.task, out, init_flags(args, step, decay), glue_dir=os.path.abspath(args.glue_dir),
       seeds=args.seeds, max_seq_length=args.max_seq_length, train_examples=args.train_examples)
   if args.finetune_epochs:
     command.append(f'--config.num_epochs={args.finetune_epochs}')
+  command += [f'--config.{setting}' for setting in args.finetune_set]
   if os.path.exists(os.path.join(out, 'results.json')) and \
       state.get(name, {}).get('command') == command:
     study_parts.skip(state, name)
@@ -130,7 +153,7 @@ def finished(args, step: int | None) -> dict[str, dict]:
   """{layer decay: scores} of the start's fine-tuning runs that have finished."""
   done = {}
   for decay in args.layer_decays:
-    out = os.path.join(args.out, part_name(step, decay))
+    out = os.path.join(args.out, part_name(args, step, decay))
     if os.path.exists(os.path.join(out, 'results.json')):
       run = scores(out)
       done[f"{run['layer_decay']:g}"] = run
@@ -155,7 +178,7 @@ def summarize(args) -> dict:
   random = finished(args, None) if args.random_init else {}
   return {'run': args.run, 'task': args.task, 'seeds': args.seeds,
           'train_examples': args.train_examples, 'max_seq_length': args.max_seq_length,
-          'flops_per_step': per_step, 'eval_curve': [evals[s] for s in sorted(evals)],
+          'finetune_set': args.finetune_set, 'flops_per_step': per_step, 'eval_curve': [evals[s] for s in sorted(evals)],
           'checkpoints': [c for c in checkpoints if c['by_decay']],
           'random_init': {'by_decay': random, 'best': best(random)} if random else None}
 
@@ -175,7 +198,9 @@ def markdown(summary: dict) -> str:
                  for run in c['by_decay'].values()), '')
   lines = [f"# {summary['task']} from each checkpoint of {summary['run']}", '',
            f"{metric} x100: the median of seeds {summary['seeds']}, then each seed, at each "
-           'layer-wise decay.', '',
+           'layer-wise decay.'
+           + (f" Every start fine-tuned with {', '.join(summary['finetune_set'])}."
+              if summary['finetune_set'] else ''), '',
            '| start | FLOPs | held-out AUC / MLM acc | '
            + ' | '.join(f'decay {d}' for d in decays) + ' |',
            '|---|---|---|' + '---|' * len(decays)]
@@ -244,7 +269,7 @@ def main(argv=None):
   state = study_parts.load_state(args.out)
   started = time.perf_counter()
   starts = [None, *args.steps] if args.random_init else args.steps
-  parts = {part_name(step, decay): (
+  parts = {part_name(args, step, decay): (
       (lambda cores, step=step, decay=decay: fine_tune(args, state, step, decay, cores)), ())
            for step in starts for decay in args.layer_decays}
   try:

@@ -237,9 +237,24 @@ def test_checkpoint_sweep_fine_tunes_each_start_once_and_reports_against_flops(m
   assert '| random init | 0 |' in table and '| decay 1 |' in table
   assert (out / 'sweep.png').stat().st_size > 0
 
+  # A fine-tuning setting of the user's reaches every part, in its own folder beside the
+  # parts without it.
+  pooled = sweep(*small, '--steps=2', '--layer_decays=1', '--no-random_init',
+                 '--finetune_set', 'pooling=mean')
+  assert pooled.returncode == 0, pooled.stdout + pooled.stderr[-3000:]
+  assert 'step-2-decay-1-pooling=mean: done in' in pooled.stdout
+  assert json.loads((out / 'step-2-decay-1-pooling=mean' / 'config.json').read_text()
+                    )['pooling'] == 'mean'
+  assert json.loads((out / 'step-2-decay-1' / 'config.json').read_text())['pooling'] == 'cls'
+  assert 'Every start fine-tuned with pooling=mean.' in (out / 'sweep.md').read_text()
+
   missing = sweep(*small, '--steps=3')
   assert missing.returncode != 0
   assert 'has no checkpoint of step(s) 3; it keeps 2, 4' in missing.stderr.strip().splitlines()[-1]
+  for setting, cause in (('layer_decay=0.5', 'the sweep sets layer_decay itself; use '
+                          '--layer_decays'), ('pooling', 'give FIELD=VALUE')):
+    refused = sweep(*small, '--finetune_set', setting)
+    assert refused.returncode != 0 and cause in refused.stderr.strip().splitlines()[-1]
 
 
 # ---- mistakes a user can make: one clear line, nothing already written damaged ----------------
