@@ -37,10 +37,9 @@ import ml_collections
 from ml_collections import config_flags
 import numpy as np
 
-from electra_jax.core import cli, flops, optim
+from electra_jax.core import cli, flops, optim, validation
 from electra_jax import objective
 from electra_jax.training import train
-from electra_jax.core import config as config_lib
 from electra_jax.core.layers import attention_kernel
 
 USAGE = ('python -m electra_jax.benchmark --config=configs/small.py [--config.batch_size=B '
@@ -247,7 +246,7 @@ def benchmark_config(config: ml_collections.ConfigDict) -> ml_collections.Config
     if name in checked.data:
       checked.data[name] = ''
   checked.data.train_files = '(synthetic)'
-  config_lib.validate(checked, jax.device_count())
+  validation.validate(checked, jax.device_count())
   return config
 
 
@@ -262,7 +261,7 @@ def compile_for_topology(config: ml_collections.ConfigDict, topology: str, step:
   if step == 'pretrain':
     checked = ml_collections.ConfigDict(config.to_dict())
     checked.data.update(train_files='(synthetic)', sources='', prepared_dir='')
-    config_lib.validate(checked, len(sliced.devices))
+    validation.validate(checked, len(sliced.devices))
     return aot.pretrain_report(config, sliced, search_batch)
   task = tasks.get_task(finetune_config.task or 'SST-2')
   resolved = settings.resolve(finetune_config, task, config.model, len(sliced.devices))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import load_config
-from electra_jax.core import config as config_lib
+from electra_jax.core import config as config_lib, validation
 from electra_jax.training import train
 from electra_jax.core.errors import UsageError
 from test_objective import packed_like_sequences
@@ -73,7 +73,7 @@ def test_unknown_rng_impl_and_a_switch_on_resume_are_refused(tmp_path):
   config = hand_sized('philox')
   config.data.train_files = 'x.txt'
   with pytest.raises(UsageError, match='rng_impl'):
-    config_lib.validate(config, 1)
+    validation.validate(config, 1)
   saved = hand_sized()
   (tmp_path / 'config.json').write_text(json.dumps(saved.to_dict()))
   with pytest.raises(UsageError, match="rng_impl 'threefry2x32', not 'rbg'"):

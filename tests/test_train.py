@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from conftest import load_config
-from electra_jax.core import config as config_lib, model as model_lib, optim
+from electra_jax.core import config as config_lib, model as model_lib, optim, validation
 from electra_jax.core.errors import UsageError
 from electra_jax.objective import masking
 from electra_jax.training import train
@@ -185,7 +185,7 @@ def test_temperatures_that_cannot_be_sampled_at_are_refused():
   config = config_lib.default_config()
   config.data.train_files = 'x.txt'
   config.temperature_start = 2.0
-  config_lib.validate(config, 1)
+  validation.validate(config, 1)
   for fields, message in (({'temperature': 0.0}, 'temperature=0.0: .* must be > 0'),
                           ({'temperature_start': -1.0}, 'temperature_start=-1.0: use 0'),
                           ({'objective': 'mlm'}, "this run has none \\(objective 'mlm'"),
@@ -193,7 +193,7 @@ def test_temperatures_that_cannot_be_sampled_at_are_refused():
     changed = config.copy_and_resolve_references()
     changed.update(fields)
     with pytest.raises(UsageError, match=message):
-      config_lib.validate(changed, 1)
+      validation.validate(changed, 1)
 
 
 def test_numbers_outside_their_meaning_are_refused_and_their_edges_are_not():
@@ -207,7 +207,7 @@ def test_numbers_outside_their_meaning_are_refused_and_their_edges_are_not():
   for name, value in edges.items():
     changed = config.copy_and_resolve_references()
     changed.update_from_flattened_dict({name: value})
-    config_lib.validate(changed, 1)
+    validation.validate(changed, 1)
   refused = {'model.dropout_rate': (1.0, r'\[0, 1\)'),
              'model.attention_dropout_rate': (-0.1, r'\[0, 1\)'),
              'adam_b2': (1.0, r'\[0, 1\)'), 'weight_decay': (-0.01, r'\[0, inf\)'),
@@ -217,7 +217,7 @@ def test_numbers_outside_their_meaning_are_refused_and_their_edges_are_not():
     changed = config.copy_and_resolve_references()
     changed.update_from_flattened_dict({name: value})
     with pytest.raises(UsageError, match=rf'config\.{name}={value}: use a value in {interval}'):
-      config_lib.validate(changed, 1)
+      validation.validate(changed, 1)
 
 
 def test_remat_changes_nothing_but_memory():

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from electra_jax.core import config as config_lib
+from electra_jax.core import config as config_lib, validation
 from electra_jax.core.errors import UsageError
 from electra_jax.hf import exporting
 from electra_jax.training import two_stage
@@ -74,13 +74,13 @@ def test_two_stage_needs_its_own_weights_per_network_and_both_stages():
   config.update(two_stage_steps=5, num_train_steps=10)
   with pytest.raises(UsageError, match="two_stage_steps=5.*--config.objective=electra.*"
                                        "--config.embedding_sharing=none \\(not 'shared'\\)"):
-    config_lib.validate(config, 1)
+    validation.validate(config, 1)
   config.embedding_sharing = 'none'
   with pytest.raises(UsageError, match="two_stage_steps=5 initialises the discriminator with the "
                                        "generator's weights.*generator_hidden_size=1.0"):
-    config_lib.validate(config, 1)
+    validation.validate(config, 1)
   config.model.generator_hidden_size = 1.0
-  config_lib.validate(config, 1)
+  validation.validate(config, 1)
   config.two_stage_steps = 10
   with pytest.raises(UsageError, match='must be between 0 and num_train_steps=10'):
-    config_lib.validate(config, 1)
+    validation.validate(config, 1)

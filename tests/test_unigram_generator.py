@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from electra_jax import objective
-from electra_jax.core import config as config_lib, flops
+from electra_jax.core import config as config_lib, flops, validation
 from electra_jax.core.errors import UsageError
 from electra_jax.objective import masking
 from test_objective_ablations import (
@@ -107,4 +107,4 @@ def test_settings_that_need_a_generator_network_are_refused(setting, message):
   config.generator_kind = 'unigram'
   config.update(setting)
   with pytest.raises(UsageError, match=message):
-    config_lib.validate(config, 1)
+    validation.validate(config, 1)

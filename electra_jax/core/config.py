@@ -1,8 +1,9 @@
-"""Run configuration: every field, its default and what it means, plus checks on user input.
+"""Run configuration: every field, its default and what it means; reading config files and flags.
 
 The files in configs/ start from `default_config()` and change what their model size needs, so
 this file is the config reference. Any field can be overridden on the command line as
-`--config.<field>=<value>` (e.g. `--config.model.hidden_size=512`).
+`--config.<field>=<value>` (e.g. `--config.model.hidden_size=512`). The checks that a config's
+values fit together are in core/validation.py.
 """
 
 import difflib
@@ -12,18 +13,8 @@ import os
 
 import ml_collections
 
-from electra_jax.training import nonfinite
-from electra_jax import objective
-from electra_jax.objective import masking
-from electra_jax.core import bounds
 from electra_jax.core import storage
 from electra_jax.core.errors import UsageError
-from electra_jax.core import model as model_lib
-from electra_jax.core.layers import ATTENTION_IMPLEMENTATIONS
-from electra_jax.core.model import EMBEDDING_SHARING
-
-RNG_IMPLEMENTATIONS = ('threefry2x32', 'rbg', 'unsafe_rbg')
-GENERATOR_KINDS = ('mlm', 'unigram')
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -223,113 +214,6 @@ def check_overrides(argv, config_path: str):
         raise UsageError(f"unknown config field '{arg.split('=')[0][2:]}' in {config_path}; "
                          f"{hint}fields of {where}: {', '.join(sorted(known))}")
       node = node[key]
-
-
-def check_generator_is_discriminator_sized(m: ml_collections.ConfigDict, why: str):
-  """For settings where the generator's weights are the discriminator's (`why` says which):
-  their encoders must have one shape. The generator's is generator_width wide with 64-wide heads
-  and a 4x FFN (model.generator_encoder), so the discriminator must be shaped that way too."""
-  width = model_lib.generator_width(m)
-  generator = (width, max(1, width // 64), 4 * width, model_lib.generator_depth(m))
-  discriminator = (m.hidden_size, m.num_heads, m.intermediate_size, m.num_layers)
-  if generator != discriminator:
-    raise UsageError(
-        f'{why}, so the two must have one shape; the generator would have (width, heads, FFN, '
-        f'layers) {generator}, the discriminator {discriminator}. Set '
-        '--config.model.generator_hidden_size=1.0 and generator_layers=1.0, on a discriminator '
-        'with 64-wide heads and an FFN 4x its width (hidden_size = 64 * num_heads = '
-        'intermediate_size / 4)')
-
-
-def check_temperatures(config: ml_collections.ConfigDict):
-  """The sampling temperature and its schedule (config.temperature_start) are usable."""
-  if not config.temperature > 0:
-    raise UsageError(f'config.temperature={config.temperature}: replacements are sampled from '
-                     'softmax(logits / temperature), so it must be > 0 (the paper samples at 1.0)')
-  start = config.get('temperature_start', 0.0)
-  if start < 0:
-    raise UsageError(f'config.temperature_start={start}: use 0 (no schedule: every step samples '
-                     'at config.temperature) or a temperature > 0 to start from')
-  if start > 0 and (config.objective == 'mlm' or config.get('generator_kind', 'mlm') == 'unigram'):
-    raise UsageError(f'config.temperature_start={start} schedules the temperature at which a '
-                     'generator network samples, and this run has none (objective '
-                     f"{config.objective!r}, generator_kind {config.get('generator_kind', 'mlm')!r}"
-                     '); leave temperature_start at 0')
-
-
-def validate(config: ml_collections.ConfigDict, num_devices: int):
-  m = config.model
-  if config.objective not in objective.OBJECTIVES:
-    raise UsageError(f'config.objective={config.objective!r}: use one of '
-                     f"{', '.join(objective.OBJECTIVES)}")
-  sharing = config.get('embedding_sharing', 'shared')
-  if sharing not in EMBEDDING_SHARING:
-    raise UsageError(f'config.embedding_sharing={sharing!r}: use one of '
-                     f"{', '.join(EMBEDDING_SHARING)}")
-  if sharing != 'shared' and config.objective not in ('electra', 'electra_15'):
-    raise UsageError(f'config.embedding_sharing={sharing!r} applies to objectives electra and '
-                     f"electra_15, not {config.objective!r}; leave it 'shared'")
-  if sharing == 'all':
-    check_generator_is_discriminator_sized(
-        m, "config.embedding_sharing='all' ties every generator weight to the discriminator's")
-  kind = config.get('generator_kind', 'mlm')
-  if kind not in GENERATOR_KINDS:
-    raise UsageError(f'config.generator_kind={kind!r}: use one of {", ".join(GENERATOR_KINDS)}')
-  if kind == 'unigram' and (config.objective != 'electra' or sharing != 'shared'
-                            or config.get('two_stage_steps', 0)):
-    raise UsageError(
-        "config.generator_kind='unigram' replaces ELECTRA's generator network by the data's "
-        'unigram distribution: it needs --config.objective=electra (not '
-        f'{config.objective!r}), embedding_sharing=shared (not {sharing!r}) and no '
-        'two_stage_steps, which all set up a generator network')
-  two_stage_steps = config.get('two_stage_steps', 0)
-  if two_stage_steps:
-    if config.objective != 'electra' or sharing != 'none':
-      raise UsageError(
-          f'config.two_stage_steps={two_stage_steps} trains the generator, then a discriminator '
-          'initialised from it, each with weights of its own: it needs --config.objective=electra '
-          f'(not {config.objective!r}) and --config.embedding_sharing=none (not {sharing!r})')
-    check_generator_is_discriminator_sized(
-        m, f'config.two_stage_steps={two_stage_steps} initialises the discriminator with the '
-        "generator's weights")
-    if not 0 < two_stage_steps < config.num_train_steps:
-      raise UsageError(f'config.two_stage_steps={two_stage_steps} must be between 0 and '
-                       f'num_train_steps={config.num_train_steps}, so that both stages run')
-  check_temperatures(config)
-  if config.dtype not in ('float32', 'bfloat16'):
-    raise UsageError(f"config.dtype={config.dtype!r}: use 'float32' or 'bfloat16'")
-  if config.get('sampler', 'categorical') not in masking.SAMPLERS:
-    raise UsageError(f'config.sampler={config.sampler!r}: use one of {", ".join(masking.SAMPLERS)}')
-  if config.get('rng_impl', 'threefry2x32') not in RNG_IMPLEMENTATIONS:
-    raise UsageError(f'config.rng_impl={config.rng_impl!r}: use one of '
-                     f"{', '.join(RNG_IMPLEMENTATIONS)}")
-  if config.attention not in ATTENTION_IMPLEMENTATIONS:
-    raise UsageError(f'config.attention={config.attention!r}: use one of '
-                     f"{', '.join(ATTENTION_IMPLEMENTATIONS)}")
-  if m.hidden_size % m.num_heads:
-    raise UsageError(f'config.model.hidden_size={m.hidden_size} is not divisible by '
-                     f'num_heads={m.num_heads}')
-  if config.max_seq_length > m.max_position_embeddings:
-    raise UsageError(f'config.max_seq_length={config.max_seq_length} exceeds '
-                     f'model.max_position_embeddings={m.max_position_embeddings}')
-  if config.batch_size % num_devices:
-    raise UsageError(f'config.batch_size={config.batch_size} is not divisible by the '
-                     f'{num_devices} devices; use a multiple of {num_devices}')
-  if config.grad_accum_steps < 1 or (config.batch_size // num_devices) % config.grad_accum_steps:
-    raise UsageError(f'config.grad_accum_steps={config.grad_accum_steps} must divide the '
-                     f'per-device batch ({config.batch_size} / {num_devices} devices)')
-  data = config.data
-  if not (data.train_files or data.sources or data.prepared_dir):
-    raise UsageError('config.data.train_files is empty: pass --config.data.train_files=PATH_OR_GLOB'
-                     ' (or --config.data.sources=..., or --config.data.prepared_dir=DIR)')
-  if sum(map(bool, (data.train_files, data.sources, data.prepared_dir))) > 1:
-    raise UsageError('set only one of config.data.train_files, data.sources and '
-                     'data.prepared_dir: they all name the training data')
-  for name in ('log_every', 'save_every'):
-    if config[name] <= 0:
-      raise UsageError(f'config.{name} must be a positive number of steps')
-  bounds.check(config, {**bounds.OPTIMIZER, **bounds.PRETRAINING})
-  nonfinite.validate(config)
 
 
 def saved_objective(saved: dict) -> str:

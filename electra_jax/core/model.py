@@ -113,7 +113,7 @@ class Electra(nn.Module):
   embedding block of its own (`generator_embeddings`, its tied output matrix too), and 'all'
   ties every weight of the generator's encoder to the discriminator's (so there is no
   `generator` entry: `generate` runs `discriminator`), which needs a generator of the
-  discriminator's size (config.validate checks it). The heads stay separate in every setting.
+  discriminator's size (validation.validate checks it). The heads stay separate in every setting.
   """
   config: ml_collections.ConfigDict  # the `model` section of the run config
   dtype: Any = jnp.float32

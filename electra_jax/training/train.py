@@ -25,7 +25,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from electra_jax.training import checkpoint, batches as batches_lib, nonfinite
 from electra_jax.core import config as config_lib
 from electra_jax import objective
-from electra_jax.core import optim, storage
+from electra_jax.core import optim, storage, validation
 from electra_jax.training import report, two_stage
 from electra_jax.data import pipeline
 from electra_jax.core.model import count_params, init_params
@@ -254,7 +254,7 @@ def preemption_check(manager):
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
   """Pretrains (or resumes pretraining) in `workdir` until config.num_train_steps."""
-  config_lib.validate(config, jax.device_count())
+  validation.validate(config, jax.device_count())
   storage.check_uri(workdir, '--workdir')
   config_lib.check_workdir_config(config, workdir)
   storage.makedirs(workdir)

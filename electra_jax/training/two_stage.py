@@ -7,7 +7,7 @@
 All of it runs inside the one compiled train step, with the step number as a traced value, so
 the run compiles once and a resumed run is simply at its step. Each network owns its weights
 only under embedding_sharing='none' (the generator's embedding block is its own) with a
-generator of the discriminator's size (so its weights fit the discriminator); config.validate
+generator of the discriminator's size (so its weights fit the discriminator); validation.validate
 demands both. The discriminator head has no counterpart in the generator and keeps its
 initialisation.
 
