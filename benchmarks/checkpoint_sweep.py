@@ -178,7 +178,8 @@ def summarize(args) -> dict:
   random = finished(args, None) if args.random_init else {}
   return {'run': args.run, 'task': args.task, 'seeds': args.seeds,
           'train_examples': args.train_examples, 'max_seq_length': args.max_seq_length,
-          'finetune_set': args.finetune_set, 'flops_per_step': per_step, 'eval_curve': [evals[s] for s in sorted(evals)],
+          'finetune_set': args.finetune_set, 'flops_per_step': per_step,
+          'eval_curve': [evals[s] for s in sorted(evals)],
           'checkpoints': [c for c in checkpoints if c['by_decay']],
           'random_init': {'by_decay': random, 'best': best(random)} if random else None}
 

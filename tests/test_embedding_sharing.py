@@ -96,7 +96,8 @@ def test_export_and_fine_tuning_take_the_discriminators_effective_table(models):
 
 
 def test_embedding_sharing_is_checked(tmp_path):
-  from electra_jax.core import config as config_lib, validation  # pylint: disable=g-import-not-at-top
+  from electra_jax.core import config as config_lib  # pylint: disable=g-import-not-at-top
+  from electra_jax.core import validation  # pylint: disable=g-import-not-at-top
   from electra_jax.core.errors import UsageError  # pylint: disable=g-import-not-at-top
   config = config_lib.default_config()
   config.data.train_files = 'x.txt'
@@ -176,7 +177,8 @@ def test_all_runs_the_generator_on_the_discriminators_encoder():
 
 
 def test_all_refuses_a_generator_of_another_size():
-  from electra_jax.core import config as config_lib, validation  # pylint: disable=g-import-not-at-top
+  from electra_jax.core import config as config_lib  # pylint: disable=g-import-not-at-top
+  from electra_jax.core import validation  # pylint: disable=g-import-not-at-top
   from electra_jax.core.errors import UsageError  # pylint: disable=g-import-not-at-top
   config = config_lib.default_config()
   config.data.train_files = 'x.txt'

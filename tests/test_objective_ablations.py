@@ -253,7 +253,8 @@ def test_every_objective_has_flops_and_the_ablations_count_their_heads():
 
 
 def test_an_unknown_objective_is_one_clear_error():
-  from electra_jax.core import config as config_lib, validation  # pylint: disable=g-import-not-at-top
+  from electra_jax.core import config as config_lib  # pylint: disable=g-import-not-at-top
+  from electra_jax.core import validation  # pylint: disable=g-import-not-at-top
   from electra_jax.core.errors import UsageError  # pylint: disable=g-import-not-at-top
   config = config_lib.default_config()
   config.data.train_files = 'x.txt'
