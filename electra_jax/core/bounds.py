@@ -14,7 +14,8 @@ OPTIMIZER = {'weight_decay': '[0, inf)', 'adam_b1': '[0, 1)', 'adam_b2': '[0, 1)
              'adam_eps': '[0, inf)', 'max_grad_norm': '(0, inf)'}
 # Pretraining's others.
 PRETRAINING = {'learning_rate': '(0, inf)', 'warmup_steps': '[0, inf)', 'mask_prob': '(0, 1)',
-               'gen_weight': '[0, inf)', 'disc_weight': '[0, inf)',
+               'embedding_weight_decay': '[0, inf)', 'gen_weight': '[0, inf)',
+               'disc_weight': '[0, inf)',
                'model.dropout_rate': '[0, 1)', 'model.attention_dropout_rate': '[0, 1)'}
 # Fine-tuning's others, as resolved (a 0 taking the recipe's value); head_dropout is GLUE's only.
 FINE_TUNING = {'learning_rate': '(0, inf)', 'num_epochs': '(0, inf)', 'layer_decay': '(0, 1]',
@@ -31,12 +32,13 @@ def within(value: float, interval: str) -> bool:
 
 def check(config, intervals: dict[str, str]):
   """Raises UsageError for the first field of `intervals` (dotted names under `config`) whose
-  value lies outside its interval. A field the config lacks is skipped: one task family's
-  config has fields another's has not (GLUE's head dropout), and older runs lack newer ones."""
+  value lies outside its interval. A field the config lacks or holds as None (unset) is skipped:
+  one task family's config has fields another's has not (GLUE's head dropout), and older runs
+  lack newer ones."""
   for name, interval in intervals.items():
     *parents, leaf = name.split('.')
     node = config
     for part in parents:
       node = node.get(part, {})
-    if leaf in node and not within(float(node[leaf]), interval):
+    if leaf in node and node[leaf] is not None and not within(float(node[leaf]), interval):
       raise UsageError(f'config.{name}={node[leaf]}: use a value in {interval}')

@@ -12,6 +12,7 @@ import json
 import os
 
 import ml_collections
+from ml_collections import config_dict
 
 from electra_jax.core import storage
 from electra_jax.core.errors import UsageError
@@ -94,6 +95,11 @@ def default_config() -> ml_collections.ConfigDict:
   c.learning_rate = 5e-4       # peak of warmup x linear decay (decay starts at step 0)
   c.warmup_steps = 10_000
   c.weight_decay = 0.01        # decoupled; not applied to LayerNorm parameters or biases
+  # Another decoupled rate for the embedding weights (word, position and token-type tables and
+  # the embedding projections); None: weight_decay. Pretraining grows these most (mini: word
+  # table RMS 0.02 -> 0.09), and weights far above their initial scale fine-tune slower
+  # (docs/transfer_study.md, the weight-decay sections).
+  c.embedding_weight_decay = config_dict.placeholder(float)
   c.adam_b1 = 0.9
   c.adam_b2 = 0.999
   c.adam_eps = 1e-6

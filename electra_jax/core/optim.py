@@ -2,8 +2,8 @@
 
 clip global norm (1.0) -> Adam (beta 0.9/0.999, eps 1e-6; optionally without bias correction, as
 the original's AdamWeightDecayOptimizer) -> decoupled weight decay (0.01, not on LayerNorm or
-biases) -> learning rate: linear warmup MULTIPLIED by a linear decay to zero that starts at
-step 0 (so the peak is lr * (1 - warmup/total), not lr).
+biases; optionally another rate on the embeddings) -> learning rate: linear warmup MULTIPLIED by
+a linear decay to zero that starts at step 0 (so the peak is lr * (1 - warmup/total), not lr).
 """
 
 import jax
@@ -21,12 +21,32 @@ def learning_rate_schedule(peak: float, warmup_steps: int, total_steps: int) -> 
   return schedule
 
 
-def decay_mask(params):
-  """True for parameters that get weight decay: everything but LayerNorm parameters and biases."""
+def decay_mask(params, embeddings: bool | None = None):
+  """True for parameters that get weight decay: everything but LayerNorm parameters and biases.
+
+  embeddings=True keeps only the embedding weights among them (the word, position and token-type
+  tables, GDES's delta and each encoder's embedding projection: every path with 'embedding' in a
+  name), False only the others; None (the default) both.
+  """
   def wants_decay(path, _):
     names = [getattr(k, 'key', str(k)) for k in path]
-    return not (names[-1] in ('bias', 'output_bias') or any('layer_norm' in n for n in names))
+    if names[-1] in ('bias', 'output_bias') or any('layer_norm' in n for n in names):
+      return False
+    return embeddings is None or embeddings == any('embedding' in n for n in names)
   return jax.tree_util.tree_map_with_path(wants_decay, params)
+
+
+def weight_decay(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
+  """Decoupled weight decay: config.weight_decay, or on the embedding weights
+  config.embedding_weight_decay when it is set (None: the same rate as the rest)."""
+  embedding_rate = config.get('embedding_weight_decay')
+  if embedding_rate is None:  # one transform, the optimizer state of runs without the field
+    return optax.add_decayed_weights(config.weight_decay, mask=decay_mask)
+  return optax.chain(
+      optax.add_decayed_weights(config.weight_decay,
+                                mask=lambda params: decay_mask(params, embeddings=False)),
+      optax.add_decayed_weights(embedding_rate,
+                                mask=lambda params: decay_mask(params, embeddings=True)))
 
 
 def scale_by_adam_without_bias_correction(b1: float, b2: float, eps: float):
@@ -56,7 +76,7 @@ def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransform
   return optax.chain(
       optax.clip_by_global_norm(config.max_grad_norm),
       adam,
-      optax.add_decayed_weights(config.weight_decay, mask=decay_mask),
+      weight_decay(config),
       optax.scale_by_learning_rate(schedule),
   )
 
