@@ -35,6 +35,64 @@ def test_weight_decay_skips_layer_norm_and_biases_on_the_real_tree():
   assert not flat["['generator_head']['output_bias']"]
 
 
+def test_embedding_weights_on_the_real_tree():
+  """The weights embedding_weight_decay applies to: the tables, GDES's delta and every encoder's
+  embedding projection (its bias is not decayed at all)."""
+  config = load_config('tiny')
+  shapes = jax.eval_shape(lambda: model_lib.init_params(
+      model_lib.Electra(config.model, embedding_sharing='gdes'), jax.random.PRNGKey(0), 8))
+  decayed = {jax.tree_util.keystr(k): optim.is_embedding_weight(k)
+             for k, wanted in jax.tree_util.tree_leaves_with_path(optim.decay_mask(shapes))
+             if wanted}
+  assert {p for p, embedding in decayed.items() if embedding} == {
+      "['embedding_delta']", "['embeddings']['word_embeddings']['embedding']",
+      "['embeddings']['position_embeddings']['embedding']",
+      "['embeddings']['token_type_embeddings']['embedding']",
+      "['discriminator']['embeddings_project']['kernel']",
+      "['generator']['embeddings_project']['kernel']"}
+  assert "['discriminator']['layer_0']['attention']['query']['kernel']" in decayed
+
+
+def test_optimizer_state_has_one_structure_whatever_the_embedding_rate():
+  """A checkpoint saved with the embedding rate set, unset or changed, or before the field
+  existed (one masked add_decayed_weights), restores into the optimizer of any other."""
+  config = load_config('tiny')
+  params = model_lib.init_params(model_lib.Electra(config.model), jax.random.PRNGKey(0), 8)
+  before_the_field = optax.chain(
+      optax.clip_by_global_norm(1.0), optim.scale_by_adam_without_bias_correction(0.9, 0.999, 1e-6),
+      optax.add_decayed_weights(0.01, mask=optim.decay_mask),
+      optax.scale_by_learning_rate(optim.learning_rate_schedule(1e-3, 10, 100)))
+  want = jax.tree.structure(before_the_field.init(params))
+  for rate in (None, 0.0, 0.5):
+    config.embedding_weight_decay = rate
+    assert jax.tree.structure(optim.make_optimizer(config).init(params)) == want, rate
+
+
+@pytest.mark.parametrize('embedding_rate', [None, 0.5])
+def test_embedding_weight_decay_rate(embedding_rate):
+  """With zero gradients Adam moves nothing, so one step is the decay alone: p -= lr * rate * p,
+  rate 0.5 on the embedding weights when set (else weight_decay's), 0.01 on the other
+  kernels, none on biases."""
+  config = load_config('tiny')
+  config.learning_rate, config.warmup_steps, config.num_train_steps = 0.1, 0, 10
+  config.weight_decay, config.embedding_weight_decay = 0.01, embedding_rate
+  params = {'embeddings': {'word_embeddings': {'embedding': jnp.full((3, 2), 2.0)}},
+            'discriminator': {'embeddings_project': {'kernel': jnp.full((2, 4), 2.0),
+                                                     'bias': jnp.full((4,), 2.0)},
+                              'layer_0': {'output': {'kernel': jnp.full((4, 4), 2.0)}}}}
+  optimizer = optim.make_optimizer(config)
+  zeros = jax.tree.map(jnp.zeros_like, params)
+  updates, _ = optimizer.update(zeros, optimizer.init(params), params)
+  after = optax.apply_updates(params, updates)
+  table_rate = 0.01 if embedding_rate is None else embedding_rate
+  expected = {'embeddings': {'word_embeddings': {'embedding': 2.0 * (1 - 0.1 * table_rate)}},
+              'discriminator': {'embeddings_project': {'kernel': 2.0 * (1 - 0.1 * table_rate),
+                                                       'bias': 2.0},
+                                'layer_0': {'output': {'kernel': 2.0 * (1 - 0.1 * 0.01)}}}}
+  jax.tree.map(lambda got, want: np.testing.assert_allclose(got, want, rtol=1e-6), after,
+               expected)
+
+
 def reference_update(params, grads_per_step, lr, decayed, bias_correction, b1=0.9, b2=0.999,
                      eps=1e-6, wd=0.01, clip=1.0):
   """The original's AdamWeightDecayOptimizer (+ global-norm clipping) in float64."""

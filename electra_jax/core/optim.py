@@ -21,32 +21,38 @@ def learning_rate_schedule(peak: float, warmup_steps: int, total_steps: int) -> 
   return schedule
 
 
-def decay_mask(params, embeddings: bool | None = None):
-  """True for parameters that get weight decay: everything but LayerNorm parameters and biases.
-
-  embeddings=True keeps only the embedding weights among them (the word, position and token-type
-  tables, GDES's delta and each encoder's embedding projection: every path with 'embedding' in a
-  name), False only the others; None (the default) both.
-  """
+def decay_mask(params):
+  """True for parameters that get weight decay: everything but LayerNorm parameters and biases."""
   def wants_decay(path, _):
     names = [getattr(k, 'key', str(k)) for k in path]
-    if names[-1] in ('bias', 'output_bias') or any('layer_norm' in n for n in names):
-      return False
-    return embeddings is None or embeddings == any('embedding' in n for n in names)
+    return not (names[-1] in ('bias', 'output_bias') or any('layer_norm' in n for n in names))
   return jax.tree_util.tree_map_with_path(wants_decay, params)
 
 
+def is_embedding_weight(path) -> bool:
+  """Whether a parameter's tree path is an embedding weight: the word, position and token-type
+  tables, GDES's delta and each encoder's embedding projection (a name with 'embedding')."""
+  return any('embedding' in getattr(k, 'key', str(k)) for k in path)
+
+
 def weight_decay(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
-  """Decoupled weight decay: config.weight_decay, or on the embedding weights
-  config.embedding_weight_decay when it is set (None: the same rate as the rest)."""
-  embedding_rate = config.get('embedding_weight_decay')
-  if embedding_rate is None:  # one transform, the optimizer state of runs without the field
-    return optax.add_decayed_weights(config.weight_decay, mask=decay_mask)
-  return optax.chain(
-      optax.add_decayed_weights(config.weight_decay,
-                                mask=lambda params: decay_mask(params, embeddings=False)),
-      optax.add_decayed_weights(embedding_rate,
-                                mask=lambda params: decay_mask(params, embeddings=True)))
+  """Decoupled weight decay, update + rate * param on decay_mask's parameters: the rate is
+  config.weight_decay, or config.embedding_weight_decay on the embedding weights when that is set.
+
+  One masked transform whatever the rates, so the optimizer state keeps one structure: a run
+  resumes with the embedding rate set, changed or unset, and runs saved before it existed resume.
+  """
+  rate, embedding_rate = config.weight_decay, config.get('embedding_weight_decay')
+  if embedding_rate is None:
+    embedding_rate = rate
+
+  def update(updates, state, params):
+    def decayed(path, update, param):
+      return update + (embedding_rate if is_embedding_weight(path) else rate) * param
+    return jax.tree_util.tree_map_with_path(decayed, updates, params), state
+
+  decay = optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+  return optax.masked(decay, decay_mask)
 
 
 def scale_by_adam_without_bias_correction(b1: float, b2: float, eps: float):
