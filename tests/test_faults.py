@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -420,3 +421,31 @@ def test_a_failed_restore_prints_nothing_after_its_error(tmp_path):
   assert result.stderr.count('refused: checkpoint ') == 3
   assert 'Traceback' not in result.stderr and 'Exception ignored' not in result.stderr, (
       result.stderr[-3000:])
+
+
+def test_a_checkpoint_of_another_state_layout_is_refused_and_never_set_aside(tmp_path):
+  """An optimizer state whose tree differs only in empty nodes (what a changed optax chain gives)
+  reads fine, so it is no damage: refused in one line naming the cause, and kept in place even
+  with checkpoint_fallback, which would otherwise set every checkpoint of the run aside."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import optax  # pylint: disable=g-import-not-at-top
+  from electra_jax.core.errors import UsageError  # pylint: disable=g-import-not-at-top
+  from electra_jax.training import checkpoint  # pylint: disable=g-import-not-at-top
+
+  state_type = NamedTuple('State', [('params', dict), ('opt_state', tuple)])
+
+  def state(decay_state):
+    return jax.device_put(state_type({'w': np.arange(4, dtype=np.float32)},
+                                     (decay_state, {'count': np.int32(7)})))
+
+  manager = checkpoint.make_manager(str(tmp_path), keep=1)
+  checkpoint.save(manager, 1, state(optax.EmptyState()))
+  manager.wait_until_finished()
+  with pytest.raises(UsageError, match=r'checkpoints/1 holds a training state laid out otherwise'
+                     r'.*Nothing was moved or changed'):
+    checkpoint.restore_latest(manager, state(optax.MaskedState(optax.EmptyState())),
+                              fallback=True)
+  assert manager.latest_step() == 1 and not (tmp_path / checkpoint.DAMAGED).exists()
+  restored = checkpoint.restore_latest(manager, state(optax.EmptyState()))
+  assert int(restored.opt_state[1]['count']) == 7
+  manager.close()

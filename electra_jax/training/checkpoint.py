@@ -116,15 +116,30 @@ def restore(manager: ocp.CheckpointManager, step: int, state, run_identity: dict
     return manager.restore(step, args=ocp.args.StandardRestore(target))
   except Exception as e:  # pylint: disable=broad-except
     abandoned_reads.settle_before_exit()
+    if _is_other_layout(e):  # readable, only laid out otherwise: not damage, nothing to set aside
+      raise UsageError(
+          f'{name} holds a training state laid out otherwise than this run builds (Orbax: '
+          f'"{_first_line(e)}"): a setting or an optax version that changes the optimizer '
+          "state's layout differs from the run that saved it. Nothing was moved or changed; "
+          'resume with the settings and versions it was saved with, or use a new --workdir'
+      ) from None
     raise DamagedCheckpoint(f'{name} cannot be read: {_reason(e)}') from None
+
+
+def _is_other_layout(error: Exception) -> bool:
+  """Orbax's refusal of a target whose tree differs from the saved one (empty optimizer-state
+  nodes have no arrays, so the parameter-shape check before it cannot see them)."""
+  return isinstance(error, ValueError) and 'tree structures do not match' in str(error)
+
+
+def _first_line(error: Exception) -> str:
+  text = str(error).strip().splitlines()[0] if str(error).strip() else ''
+  return text.split(' See full TensorStore details')[0][:300]
 
 
 def _reason(error: Exception) -> str:
   """The first line of what Orbax or TensorStore said, short enough for one error line."""
-  text = str(error).strip().splitlines()[0] if str(error).strip() else ''
-  text = text.split(' See full TensorStore details')[0]
-  return (f'{type(error).__name__}: {text}'[:300] +
-          ' (a truncated or corrupted file)')
+  return f'{type(error).__name__}: {_first_line(error)}'[:300] + ' (a truncated or corrupted file)'
 
 
 def _damaged_dir(manager: ocp.CheckpointManager) -> str:
