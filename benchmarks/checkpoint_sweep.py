@@ -15,7 +15,9 @@ decay and seed, beside random init's. Running it again skips finished parts and 
 checkpoints saved since, so it can follow a run that is still training. `--finetune_set
 FIELD=VALUE` (repeatable) gives every fine-tuning run one more setting of
 configs/finetune/glue.py, e.g. `pooling=mean` or `reinit=embeddings`, and keeps its runs
-beside those without (DIR/step-N-pooling=mean).
+beside those without (DIR/step-N-pooling=mean). An --out holds one sweep: another --run, --task,
+--glue_dir, --max_seq_length, --train_examples or --finetune_epochs into it is refused before
+anything runs (--seeds may change).
 """
 
 import argparse
@@ -38,6 +40,11 @@ SWEEP_FIELDS = {'init_from': '--run', 'init_step': '--steps', 'layer_decay': '--
                 'task': '--task', 'data_dir': '--glue_dir', 'seeds': '--seeds',
                 'max_seq_length': '--max_seq_length', 'max_train_examples': '--train_examples',
                 'num_epochs': '--finetune_epochs'}
+# The sweep's flags that every part shares and no part's folder name holds. Another value of one
+# of them in the same --out would fine-tune each start again into the folder of its earlier run
+# (which finetune refuses), or report runs of two recipes as one sweep.
+SHARED_SETTINGS = ('run', 'task', 'glue_dir', 'max_seq_length', 'train_examples',
+                   'finetune_epochs')
 
 
 def parse_args(argv=None):
@@ -66,6 +73,7 @@ def parse_args(argv=None):
                       help='checkpoints fine-tuned at once, each on its own cores')
   args = parser.parse_args(argv)
   args.run, args.out = os.path.abspath(args.run), os.path.abspath(args.out)
+  args.glue_dir = os.path.abspath(args.glue_dir)
   if not os.path.exists(os.path.join(args.run, 'config.json')):
     raise UsageError(f'--run={args.run} is not a pretraining workdir (no config.json); name '
                      'the --workdir that electra_jax.main trained')
@@ -108,6 +116,23 @@ def init_flags(args, step: int | None, decay: float) -> list[str]:
                                          finetune_glue.run_vocab(args.run)) + decay_flags
 
 
+def check_same_sweep(args, state: dict):
+  """Refuses an --out that holds a sweep with other shared settings, before anything runs;
+  records this sweep's settings otherwise. Seeds may change, as finetune lets them."""
+  now = {name: getattr(args, name) for name in SHARED_SETTINGS}
+  before = state.get('settings')
+  report = os.path.join(args.out, 'sweep.json')
+  if before is None and os.path.exists(report):  # a sweep from before settings were recorded
+    with open(report) as f:
+      before = json.load(f)
+  changed = [f'{name}: {before[name]!r} there, {now[name]!r} now'
+             for name in SHARED_SETTINGS if before and name in before and before[name] != now[name]]
+  if changed:
+    raise UsageError(f'--out={args.out} holds a sweep with other settings ({"; ".join(changed)}); '
+                     'use another --out, or its settings to add to it. Nothing was changed')
+  state['settings'] = now
+
+
 def part_name(args, step: int | None, decay: float) -> str:
   """The part's folder: its start, its decay and the user's settings, so that a sweep with other
   --finetune_set values keeps its runs beside this one's."""
@@ -122,7 +147,7 @@ def fine_tune(args, state: dict, step: int | None, decay: float,
   name = part_name(args, step, decay)
   out = os.path.join(args.out, name)
   command = finetune_glue.fine_tune_command(
-      args.task, out, init_flags(args, step, decay), glue_dir=os.path.abspath(args.glue_dir),
+      args.task, out, init_flags(args, step, decay), glue_dir=args.glue_dir,
       seeds=args.seeds, max_seq_length=args.max_seq_length, train_examples=args.train_examples)
   if args.finetune_epochs:
     command.append(f'--config.num_epochs={args.finetune_epochs}')
@@ -268,6 +293,7 @@ def main(argv=None):
   os.makedirs(args.out, exist_ok=True)
   study_parts.stop_parts_on_sigterm()
   state = study_parts.load_state(args.out)
+  check_same_sweep(args, state)
   started = time.perf_counter()
   starts = [None, *args.steps] if args.random_init else args.steps
   parts = {part_name(args, step, decay): (

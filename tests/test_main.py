@@ -256,6 +256,16 @@ def test_checkpoint_sweep_fine_tunes_each_start_once_and_reports_against_flops(m
     refused = sweep(*small, '--finetune_set', setting)
     assert refused.returncode != 0 and cause in refused.stderr.strip().splitlines()[-1]
 
+  # Another training set size into the same --out is refused before anything runs: each part
+  # would find its folder holding the other recipe's run, and the report would mix the two.
+  before = {p: p.read_bytes() for p in out.rglob('*') if p.is_file()}
+  other = sweep(*small[:4], '--train_examples=32', *small[5:], '--steps=2', '--layer_decays=1',
+                '--no-random_init')
+  assert other.returncode != 0
+  assert (f'--out={out} holds a sweep with other settings (train_examples: 64 there, 32 now); '
+          'use another --out') in other.stderr.strip().splitlines()[-1]
+  assert {p: p.read_bytes() for p in out.rglob('*') if p.is_file()} == before
+
 
 # ---- mistakes a user can make: one clear line, nothing already written damaged ----------------
 
