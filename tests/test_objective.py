@@ -334,3 +334,21 @@ def test_batch_auc_matches_pairwise_definition():
   # Tiny but consistent differences still rank perfectly (a binned AUC would say 0.5 here).
   tiny = jnp.asarray(-1.75 + 1e-4 * labels)
   assert float(electra.batch_auc(tiny, jnp.asarray(labels), jnp.ones_like(tiny))) == 1.0
+
+
+def test_batch_auc_counts_ties_as_one_half():
+  rng = np.random.default_rng(1)
+  labels = (rng.random((8, 64)) < 0.15).astype(np.float32)
+  weights = (rng.random((8, 64)) < 0.9).astype(np.float32)
+  # Scores on five levels: most pairs tie.
+  scores = np.round(rng.normal(0.5 * labels, 1.0)).clip(-2, 2).astype(np.float32)
+  auc = float(electra.batch_auc(jnp.asarray(scores), jnp.asarray(labels), jnp.asarray(weights)))
+  valid = weights > 0
+  pos, neg = scores[valid & (labels > 0)], scores[valid & (labels == 0)]
+  exact = ((pos[:, None] > neg[None]) + 0.5 * (pos[:, None] == neg[None])).mean()
+  np.testing.assert_allclose(auc, exact, rtol=1e-6)
+  # One score for every token: 0.5 wherever the replaced tokens sit (here last in each row).
+  late = np.zeros((8, 64), np.float32)
+  late[:, 48:] = 1.0
+  same = jnp.full((8, 64), 0.25)
+  assert float(electra.batch_auc(same, jnp.asarray(late), jnp.ones_like(same))) == 0.5

@@ -101,15 +101,26 @@ def disc_counts(disc_logits, labels, input_mask):
 
 
 def batch_auc(scores, labels, weights):
-  """Exact ROC AUC over the tokens with weight 1: P(score of a replaced > score of an original).
+  """Exact ROC AUC over the tokens with weight 1: P(score of a replaced > score of an original),
+  a tie counting one half.
 
   Computed from ranks (the Mann-Whitney statistic) with one sort. A binned AUC, like the
   original's 200-threshold tf.metrics.auc, reads 0.5 early in training when every probability
-  falls in one bin even though the ranking is already informative.
+  falls in one bin even though the ranking is already informative. Ties take their run's
+  middle rank: ranked by position in the batch instead, a discriminator that gives every token
+  one score would read anything from 0 to 1, as the replaced tokens happen to sit.
   """
-  order = jnp.argsort(scores.ravel())
+  flat = scores.ravel()
+  order = jnp.argsort(flat)
+  ranked = flat[order]
   positive = (labels * weights).ravel()[order]
   negative = ((1.0 - labels) * weights).ravel()[order]
-  negatives_below = jnp.cumsum(negative) - negative
+  # Runs of equal scores, numbered in sorted order: a replaced token counts the originals of
+  # lower runs whole and those of its own run by half.
+  run = jnp.cumsum(jnp.concatenate([jnp.zeros([1], jnp.int32),
+                                    (ranked[1:] != ranked[:-1]).astype(jnp.int32)]))
+  negatives_in_run = jax.ops.segment_sum(negative, run, num_segments=flat.shape[0],
+                                         indices_are_sorted=True)
+  negatives_below = (jnp.cumsum(negatives_in_run) - 0.5 * negatives_in_run)[run]
   pairs = jnp.sum(positive) * jnp.sum(negative)
   return jnp.where(pairs > 0, jnp.sum(positive * negatives_below) / jnp.maximum(pairs, 1.0), 0.5)
