@@ -124,11 +124,12 @@ def test_data_parallel_step_all_reduces_the_gradient_once_and_gathers_no_paramet
   # partitioner all-reduces that share alone, zeroes it on all devices but one and reduces the
   # total again: the word embeddings [V, E] once more. (A scatter-add behind an optimisation
   # barrier, tried, reduces each use's share apart: three times.) The position embeddings go as
-  # two [L, E] slices instead of one [512, E] table. Plus two per-token [B * L] statistics of the
-  # AUC. Nothing else: no gradient reduced twice, none missing.
+  # two [L, E] slices instead of one [512, E] table. Plus three per-token [B * L] statistics of
+  # the AUC (the third for its ties: the same count with scans and gathers in place of the
+  # scatter-add). Nothing else: no gradient reduced twice, none missing.
   tokens = config.batch_size * length
   expected = (gradient['parameters'] + m.vocab_size * m.embedding_size
-              - (m.max_position_embeddings - 2 * length) * m.embedding_size + 2 * tokens)
+              - (m.max_position_embeddings - 2 * length) * m.embedding_size + 3 * tokens)
   assert gradient['all_reduced_array_elements'] == expected
   assert gradient['all_reduced_scalars'] < 32  # the step's statistics
 
