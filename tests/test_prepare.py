@@ -13,7 +13,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 import numpy as np
 import pytest
 
-from conftest import REPO, WIKITEXT, load_config, tree_digest
+from conftest import REPO, WIKITEXT, load_config, real_file, tree_digest
 from electra_jax.training import batches as batches_lib, train
 from electra_jax.data import packing, pipeline, preparation, prepared_dir, sources, store
 from electra_jax.data import vocab as vocab_lib
@@ -164,8 +164,8 @@ def test_main_prepares_local_files_once_and_again_when_they_change(tmp_path, voc
 def test_prepare_trains_a_lowercase_vocab_and_refuses_one_over_cased_data(tmp_path):
   config = load_config('tiny')
   config.max_seq_length, config.model.vocab_size = 64, 400
-  config.data.update(train_files=str(WIKI_PART), vocab_sample_sentences=2000, prepare_workers=1,
-                     vocab_lowercase=True)
+  config.data.update(train_files=str(real_file(WIKI_PART)), vocab_sample_sentences=2000,
+                     prepare_workers=1, vocab_lowercase=True)
   prepared_dir.prepare_dataset(config, str(tmp_path / 'lowercase'))
   vocab = vocab_lib.load_vocab(str(tmp_path / 'lowercase' / 'vocab.model'))
   assert vocab.lowercase and vocab.encode(['The Cat']) == vocab.encode(['the cat'])

@@ -13,7 +13,7 @@ import time
 import ml_collections
 import pytest
 
-from conftest import REPO, SHARED_DATA, tree_digest
+from conftest import REPO, SHARED_DATA, real_file, tree_digest
 from electra_jax.core import flops
 
 CORPUS = SHARED_DATA / 'pretraining-text'
@@ -191,6 +191,7 @@ def check_results(out):
 def test_a_study_beside_joins_the_table5_comparison_only_with_the_same_settings(tmp_path):
   """--beside: the committed ELECTRA/MLM study sits beside an ablation study with the default
   settings; another seed list, held-out draw or pretraining budget is refused by name."""
+  real_file(SHARED_DATA / 'pretraining-text' / 'MANIFEST.tsv')  # the study's default corpus
   study, report = load_study(), load_report()
   committed = REPO / 'docs' / 'transfer_study'
   # The committed study fine-tuned its pretrained encoders at the recipe's decay only, and ran
