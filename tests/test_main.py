@@ -7,6 +7,7 @@ shrunk further so the whole file stays around a minute or two on two cores.
 import json
 import os
 import signal
+import shutil
 import subprocess
 import sys
 import time
@@ -112,6 +113,25 @@ def test_raising_num_train_steps_continues(finished_run, tmp_path):
   changed = next(line for line in result.stderr.splitlines() if 'changed settings' in line)
   assert 'learning_rate: 0.001 -> 0.0005; num_train_steps: 60 -> 70' in changed
 
+
+
+def test_evaluations_at_chance_are_warned_about_from_stall_check_after_on(tmp_path, wikitext):
+  """The chief checks each evaluation (training/health.py): from config.stall_check_after on
+  (and once warmup is over), one whose discriminator AUC is under 0.55 logs the warning with its
+  step. At a learning rate of 1e-9 the discriminator stays at its initial chance, as a stalled
+  one does (at tiny's 1e-3 it is at 0.59 after two steps)."""
+  workdir = tmp_path / 'checked'
+  result = run(workdir, '--config.num_train_steps=4', '--config.eval_every=2',
+               '--config.eval_steps=2', '--config.warmup_steps=1', '--config.stall_check_after=1',
+               '--config.learning_rate=1e-9',
+               f'--config.data.eval_files={wikitext / "wiki.test.raw"}')
+  evals = {e['step']: e['eval_disc_auc'] for e in map(json.loads, (
+      workdir / 'metrics.jsonl').read_text().splitlines()) if 'eval_loss' in e}
+  warned = [line for line in result.stderr.splitlines() if 'the discriminator is at chance' in line]
+  expected = [step for step in sorted(evals) if step >= 1 and evals[step] < 0.55]
+  assert expected, f'no evaluation at chance to warn about: {evals}'
+  assert [int(line.split('at step ')[1].split(':')[0]) for line in warned] == expected
+  assert '--config.model.generator_hidden_size' in warned[0]
 
 # ---- objective=mlm: the BERT baseline through the same command --------------------------------
 

@@ -203,7 +203,7 @@ def test_numbers_outside_their_meaning_are_refused_and_their_edges_are_not():
   config.data.train_files = 'x.txt'
   edges = {'model.dropout_rate': 0.0, 'model.attention_dropout_rate': 0.0, 'weight_decay': 0.0,
            'adam_b1': 0.0, 'adam_eps': 0.0, 'warmup_steps': 0, 'disc_weight': 0.0,
-           'mask_prob': 0.99, 'embedding_weight_decay': 0.0}
+           'mask_prob': 0.99, 'embedding_weight_decay': 0.0, 'stall_check_after': 0}
   validation.validate(config, 1)  # embedding_weight_decay unset (None): no interval to check
   for name, value in edges.items():
     changed = config.copy_and_resolve_references()
@@ -214,7 +214,8 @@ def test_numbers_outside_their_meaning_are_refused_and_their_edges_are_not():
              'adam_b2': (1.0, r'\[0, 1\)'), 'weight_decay': (-0.01, r'\[0, inf\)'),
              'mask_prob': (1.5, r'\(0, 1\)'), 'learning_rate': (0.0, r'\(0, inf\)'),
              'max_grad_norm': (0.0, r'\(0, inf\)'), 'gen_weight': (float('nan'), r'\[0, inf\)'),
-             'embedding_weight_decay': (-0.5, r'\[0, inf\)')}
+             'embedding_weight_decay': (-0.5, r'\[0, inf\)'),
+             'stall_check_after': (-1, r'\[0, inf\)')}
   for name, (value, interval) in refused.items():
     changed = config.copy_and_resolve_references()
     changed.update_from_flattened_dict({name: value})

@@ -15,7 +15,7 @@ OPTIMIZER = {'weight_decay': '[0, inf)', 'adam_b1': '[0, 1)', 'adam_b2': '[0, 1)
 # Pretraining's others.
 PRETRAINING = {'learning_rate': '(0, inf)', 'warmup_steps': '[0, inf)', 'mask_prob': '(0, 1)',
                'embedding_weight_decay': '[0, inf)', 'gen_weight': '[0, inf)',
-               'disc_weight': '[0, inf)',
+               'disc_weight': '[0, inf)', 'stall_check_after': '[0, inf)',
                'model.dropout_rate': '[0, 1)', 'model.attention_dropout_rate': '[0, 1)'}
 # Fine-tuning's others, as resolved (a 0 taking the recipe's value); head_dropout is GLUE's only.
 FINE_TUNING = {'learning_rate': '(0, inf)', 'num_epochs': '(0, inf)', 'layer_decay': '(0, 1]',

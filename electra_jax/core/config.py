@@ -118,6 +118,10 @@ def default_config() -> ml_collections.ConfigDict:
   # (kept, not deleted) and resume from the newest checkpoint that reads, exactly as if the run
   # had been killed right after that one was written.
   c.checkpoint_fallback = False
+  # From this step on (and once warmup is over), an evaluation whose discriminator AUC is under
+  # 0.55 logs a warning naming the cause and the fix (training/health.py): a discriminator at
+  # chance has stopped learning while its loss curve still looks fine. 0 turns it off.
+  c.stall_check_after = 1000
 
   # A step whose loss, gradients or updated parameters hold a NaN or Inf is never applied
   # (electra_jax/training/nonfinite.py). Then 'stop': at the next log or save the run ends with one error

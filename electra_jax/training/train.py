@@ -26,7 +26,7 @@ from electra_jax.training import checkpoint, batches as batches_lib, nonfinite
 from electra_jax.core import config as config_lib
 from electra_jax import objective
 from electra_jax.core import optim, storage, validation
-from electra_jax.training import report, two_stage
+from electra_jax.training import health, report, two_stage
 from electra_jax.data import pipeline
 from electra_jax.core.model import count_params, init_params
 
@@ -310,6 +310,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
       metrics = run_eval(evaluate, state.params, eval_examples, config, batch_sharding, eval_rng)
       writer.write(step, {f'eval_{k}': v for k, v in metrics.items()},
                    f'eval at step {step}: ' + ', '.join(f'{k} {v:.4f}' for k, v in metrics.items()))
+      if is_chief and (warning := health.discriminator_at_chance(metrics, step, config)):
+        logging.warning(warning)
 
     evaluating = eval_examples is not None and config.eval_every > 0
     if evaluating and first_step == 0:
