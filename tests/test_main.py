@@ -7,7 +7,6 @@ shrunk further so the whole file stays around a minute or two on two cores.
 import json
 import os
 import signal
-import shutil
 import subprocess
 import sys
 import time
@@ -117,7 +116,6 @@ def test_raising_num_train_steps_continues(finished_run, tmp_path):
   assert 'learning_rate: 0.001 -> 0.0005; num_train_steps: 60 -> 70' in changed
 
 
-
 def test_evaluations_at_chance_are_warned_about_from_stall_check_after_on(finished_run):
   """The chief checks each evaluation (training/health.py): from config.stall_check_after on
   (and once warmup is over), one whose discriminator AUC is under 0.55 logs the warning with its
@@ -130,6 +128,7 @@ def test_evaluations_at_chance_are_warned_about_from_stall_check_after_on(finish
   assert expected, f'no evaluation at chance to warn about: {evals}'
   assert [int(line.split('at step ')[1].split(':')[0]) for line in warned] == expected
   assert '--config.model.generator_hidden_size' in warned[0]
+
 
 # ---- objective=mlm: the BERT baseline through the same command --------------------------------
 

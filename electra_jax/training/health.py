@@ -1,4 +1,4 @@
-"""Evaluations that show a run has stopped learning, turned into a warning with the cause and the fix.
+"""Evaluations that show a run has stopped learning, as a warning with the cause and the fix.
 
 ELECTRA's discriminator can give up. When the generator's samples are too plausible for it, it
 gives every token the same probability of being replaced. Its loss then sits at the entropy of
