@@ -17,6 +17,7 @@ import transformers
 from conftest import SHARED_DATA
 from electra_jax.data import packing, vocab as vocab_lib, wordpiece
 from electra_jax.core.errors import UsageError
+from electra_jax.finetune import features, glue_data, tasks
 from electra_jax.hf import tokenizer as tokenizer_lib
 
 UNUSUAL_TEXTS = [
@@ -106,6 +107,27 @@ def test_sentence_pairs_on_mrpc(vocab_and_tokenizer):
   print(f'{type(vocab).__name__}: AutoTokenizer equals ours on {agree} of {len(pairs)} MRPC '
         'pairs (ids and segment ids)')
   assert len(pairs) == 4076 and agree == len(pairs)
+
+
+def test_fine_tuning_inputs_are_the_pretraining_layout(vocab_and_tokenizer):
+  """What fine-tuning feeds the encoder is what pretraining fed it: SST-2 and MRPC dev as the
+  GLUE reader and features.encode make them, row for row the layout of packing.fill_example,
+  then padding. A pretrained encoder read through another layout (specials, segment ids) would
+  start from features it never saw, and only pretrained starts would pay for it."""
+  vocab, _ = vocab_and_tokenizer
+  for name in ('SST-2', 'MRPC'):
+    dev = glue_data.load(tasks.get_task(name), str(SHARED_DATA / 'glue'), '', '',
+                         with_test=False).dev[name]
+    encoded = features.encode(dev, vocab, 512)  # long enough that no pair is truncated
+    firsts = vocab.encode(dev.text_a)
+    seconds = vocab.encode(dev.text_b) if dev.text_b is not None else [None] * len(firsts)
+    for row, (first, second) in enumerate(zip(firsts, seconds)):
+      ids, types = packed(vocab, first, second)
+      assert encoded['input_ids'][row, :len(ids)].tolist() == ids, (name, row)
+      assert encoded['segment_ids'][row, :len(ids)].tolist() == types, (name, row)
+      assert not encoded['input_ids'][row, len(ids):].any()
+      assert not encoded['segment_ids'][row, len(ids):].any()
+    assert len(firsts) == {'SST-2': 872, 'MRPC': 408}[name]
 
 
 def test_special_tokens_and_padding(vocab_and_tokenizer):
