@@ -151,15 +151,19 @@ def probe_points(path: str, steps: str) -> tuple[Any, Any, str, list[tuple]]:
   return config.model, vocab, config.objective, points
 
 
+def probe_examples(task_name: str, data_dir: str, examples: int):
+  """(a fixed draw of `examples` training examples, the dev set) of a binary GLUE task."""
+  task = tasks.get_task(task_name)
+  if len(task.labels) != 2:
+    raise SystemExit(f'{task_name}: the probes are binary classifiers; pick SST-2, MRPC, QQP, '
+                     'QNLI or RTE')
+  data = glue_data.load(task, data_dir, '', '', with_test=False)
+  return features.subset(data.train, examples), next(iter(data.dev.values()))
+
+
 def main(argv=None):
   args = parse_args(argv)
-  task = tasks.get_task(args.task)
-  if len(task.labels) != 2:
-    raise SystemExit(f'{args.task}: the probes are binary classifiers; pick SST-2, MRPC, QQP, '
-                     'QNLI or RTE')
-  data = glue_data.load(task, args.data_dir, '', '', with_test=False)
-  train_examples = features.subset(data.train, args.examples)
-  dev_examples = next(iter(data.dev.values()))
+  train_examples, dev_examples = probe_examples(args.task, args.data_dir, args.examples)
   results = {'task': args.task, 'examples': args.examples, 'runs': {}}
   for path in args.run:
     model, vocab, objective, points = probe_points(path, args.steps)

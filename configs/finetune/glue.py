@@ -27,6 +27,9 @@ def get_config():
   # 'embeddings' (all below the first layer) and 'layer_N' (0 = the bottom layer). '' = none.
   # For measuring what a task takes from pretraining, or re-drawing the top layers.
   c.reinit = ''
+  # A .npy [vocab_size, embedding_size] table whose nonzero rows replace the word table's (drawn
+  # or pretrained), e.g. benchmarks/count_vectors.py's: what word-level knowledge alone is worth.
+  c.word_table = ''
   c.seeds = '0'                # comma-separated seeds; each is reported, and the median
   c.size = 'auto'              # 'small', 'base' or 'large' recipe; 'auto' = from hidden_size
 
