@@ -46,6 +46,9 @@ from electra_jax.finetune import features, init
 TABLE_RMS = 0.02   # the word table's initial scale (model init's normal(0.02))
 CONTEXT_POWER = 0.75  # smooths the context distribution, so rare contexts do not dominate PMI
 CHUNK = 4096       # examples gathered at a time
+# The counts, the PPMI matrix and its SVD are dense [V, V] float64 arrays: 134 MB each at 4,096
+# pieces, 2.1 GB at 16,384, where the SVD alone takes hours on two cores.
+MAX_VOCAB = 8192
 
 
 def parse_args(argv=None):
@@ -56,7 +59,8 @@ def parse_args(argv=None):
   parser.add_argument('--dim', type=int, default=64, help='width of the count vectors')
   parser.add_argument('--window', type=int, default=5, help='positions counted on each side')
   parser.add_argument('--fractions', default='0.015625,0.0625,0.25,1',
-                      help='shares of the training examples (a fixed draw) to count, each probed')
+                      help='shares of the training examples (a fixed draw) to count, each '
+                      'probed; the whole corpus (1) is always among them')
   parser.add_argument('--run', action='append', default=[],
                       help='a pretraining workdir on the same vocabulary whose word table is '
                       'probed as well (repeat for several)')
@@ -156,9 +160,26 @@ def run_table(path: str, vocab) -> np.ndarray:
   return np.asarray(start.params['embeddings']['word_embeddings']['embedding'], np.float32)
 
 
+def parse_fractions(text: str) -> list[float]:
+  """--fractions as sorted shares, the whole corpus always among them (it makes table.npy)."""
+  try:
+    fractions = {float(f) for f in text.split(',') if f.strip()}
+  except ValueError as e:
+    raise UsageError(f'--fractions={text!r}: give comma-separated numbers in (0, 1]') from e
+  if any(not 0 < f <= 1 for f in fractions):
+    raise UsageError(f'--fractions={text!r}: each share must be in (0, 1]')
+  return sorted(fractions | {1.0})
+
+
 def main(argv=None):
   args = parse_args(argv)
+  fractions = parse_fractions(args.fractions)
   vocab = load_corpus_vocab(args.data)
+  if vocab.size > MAX_VOCAB:
+    raise UsageError(f"'{args.data}' has a {vocab.size}-piece vocabulary; the dense count model "
+                     f'here is for at most {MAX_VOCAB} pieces (its [V, V] matrices and SVD grow '
+                     'with the square and cube of V); prepare the corpus with a smaller '
+                     'vocabulary to compare with a count model')
   skipped = special_ids(vocab)
   train_examples, dev_examples = linear_probe.probe_examples(args.task, args.data_dir,
                                                              args.examples)
@@ -183,7 +204,7 @@ def main(argv=None):
     probe(f'run {path}', run_table(path, vocab))
   ids = training_ids(args.data)
   order = np.random.default_rng(0).permutation(len(ids))
-  for fraction in sorted(float(f) for f in args.fractions.split(',')):
+  for fraction in fractions:
     part = ids[order[:max(1, round(len(ids) * fraction))]]
     table = count_table(cooccurrence(part, vocab.size, args.window, skipped), args.dim)
     tokens = int((~np.isin(part, skipped)).sum())

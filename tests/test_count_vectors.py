@@ -96,3 +96,11 @@ def test_the_command_probes_and_writes_a_table_fine_tuning_reads(tmp_path, wikit
   np.testing.assert_array_equal(start.word_table, table)
   with pytest.raises(count_vectors.UsageError, match='holds no vocab.model or vocab.txt'):
     count_vectors.main([f'--data={tmp_path}', f'--out={out}'])
+
+
+def test_fractions_are_shares_and_always_include_the_whole_corpus():
+  assert count_vectors.parse_fractions('0.25,0.0625') == [0.0625, 0.25, 1.0]
+  assert count_vectors.parse_fractions('1') == [1.0]
+  for bad in ('0,0.5', '1.5', 'half'):
+    with pytest.raises(count_vectors.UsageError, match='--fractions'):
+      count_vectors.parse_fractions(bad)
