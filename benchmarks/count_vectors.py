@@ -46,6 +46,7 @@ from electra_jax.finetune import features, init
 TABLE_RMS = 0.02   # the word table's initial scale (model init's normal(0.02))
 CONTEXT_POWER = 0.75  # smooths the context distribution, so rare contexts do not dominate PMI
 CHUNK = 4096       # examples gathered at a time
+PROBE_LENGTH = 128  # the task's sentences are cut to this many pieces, as linear_probe.py's
 # The counts, the PPMI matrix and its SVD are dense [V, V] float64 arrays: 134 MB each at 4,096
 # pieces, 2.1 GB at 16,384, where the SVD alone takes hours on two cores.
 MAX_VOCAB = 8192
@@ -83,13 +84,13 @@ def cooccurrence(ids: np.ndarray, vocab_size: int, window: int,
   counted."""
   counted = np.ones(vocab_size, bool)
   counted[skipped] = False
-  counts = np.zeros(vocab_size * vocab_size, np.int64)
+  size = vocab_size * vocab_size
+  counts = np.zeros(size, np.int64)
   ids = np.asarray(ids, np.int64)
   for offset in range(1, window + 1):
     left, right = ids[:, :-offset].ravel(), ids[:, offset:].ravel()
     keep = counted[left] & counted[right]
     left, right = left[keep], right[keep]
-    size = vocab_size * vocab_size
     counts += np.bincount(left * vocab_size + right, minlength=size)
     counts += np.bincount(right * vocab_size + left, minlength=size)
   return counts.reshape(vocab_size, vocab_size)
@@ -110,8 +111,6 @@ def count_table(counts: np.ndarray, dim: int) -> np.ndarray:
   """[V, dim] float32: U sqrt(S) of the PPMI matrix's SVD, the counted pieces' rows centred and
   scaled to TABLE_RMS; rows of pieces never counted are zero."""
   u, s, _ = np.linalg.svd(ppmi(counts), full_matrices=False)
-  if dim > len(s):
-    raise UsageError(f'--dim={dim} is wider than the vocabulary ({len(s)} pieces)')
   table = u[:, :dim] * np.sqrt(s[:dim])
   counted = counts.sum(1) > 0
   rows = table[counted] - table[counted].mean(0)
@@ -180,11 +179,14 @@ def main(argv=None):
                      f'here is for at most {MAX_VOCAB} pieces (its [V, V] matrices and SVD grow '
                      'with the square and cube of V); prepare the corpus with a smaller '
                      'vocabulary to compare with a count model')
+  if not 0 < args.dim < vocab.size:
+    raise UsageError(f'--dim={args.dim}: the count vectors need a width in [1, {vocab.size}) '
+                     '(the vocabulary\'s size); the word table\'s embedding_size is the usual one')
   skipped = special_ids(vocab)
   train_examples, dev_examples = linear_probe.probe_examples(args.task, args.data_dir,
                                                              args.examples)
-  bag = lambda examples: bags(features.encode(examples, vocab, 128)['input_ids'], vocab.size,
-                              skipped)
+  bag = lambda examples: bags(features.encode(examples, vocab, PROBE_LENGTH)['input_ids'],
+                              vocab.size, skipped)
   train_bags, dev_bags = bag(train_examples), bag(dev_examples)
   os.makedirs(args.out, exist_ok=True)
   results = {'data': args.data, 'task': args.task, 'examples': args.examples, 'dim': args.dim,

@@ -94,6 +94,8 @@ def test_the_command_probes_and_writes_a_table_fine_tuning_reads(tmp_path, wikit
   model.embedding_size = 16
   start = init.with_word_table(init.Start(model, None, None, 'random'), str(out / 'table.npy'))
   np.testing.assert_array_equal(start.word_table, table)
+  with pytest.raises(count_vectors.UsageError, match=r'--dim=1000: .* in \[1, 1000\)'):
+    count_vectors.main([f'--data={tmp_path / "data"}', f'--out={out}', '--dim=1000'])
   with pytest.raises(count_vectors.UsageError, match='holds no vocab.model or vocab.txt'):
     count_vectors.main([f'--data={tmp_path}', f'--out={out}'])
 
