@@ -32,6 +32,8 @@ import os
 import sys
 
 import numpy as np
+import scipy.sparse
+import scipy.sparse.linalg
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -47,9 +49,9 @@ TABLE_RMS = 0.02   # the word table's initial scale (model init's normal(0.02))
 CONTEXT_POWER = 0.75  # smooths the context distribution, so rare contexts do not dominate PMI
 CHUNK = 4096       # examples gathered at a time
 PROBE_LENGTH = 128  # the task's sentences are cut to this many pieces, as linear_probe.py's
-# The counts, the PPMI matrix and its SVD are dense [V, V] float64 arrays: 134 MB each at 4,096
-# pieces, 2.1 GB at 16,384, where the SVD alone takes hours on two cores.
-MAX_VOCAB = 8192
+# The counts and the PPMI matrix are sparse (most pairs of pieces never meet within a window) and
+# only the top --dim singular vectors are computed (ARPACK), so 16,384 and 32,768 pieces take
+# minutes where a dense [V, V] matrix and its full SVD would take gigabytes and hours.
 
 
 def parse_args(argv=None):
@@ -78,41 +80,54 @@ def special_ids(vocab) -> list[int]:
 
 
 def cooccurrence(ids: np.ndarray, vocab_size: int, window: int,
-                 skipped: list[int]) -> np.ndarray:
-  """[V, V] int64: how often pieces i and j stand at most `window` positions apart in one row
-  of `ids` ([N, L]), both ways round; pairs with a `skipped` piece (specials, padding) are not
-  counted."""
+                 skipped: list[int]) -> scipy.sparse.csr_array:
+  """[V, V] sparse int64: how often pieces i and j stand at most `window` positions apart in one
+  row of `ids` ([N, L]), both ways round; pairs with a `skipped` piece (specials, padding) are
+  not counted."""
   counted = np.ones(vocab_size, bool)
   counted[skipped] = False
-  size = vocab_size * vocab_size
-  counts = np.zeros(size, np.int64)
   ids = np.asarray(ids, np.int64)
+  counts = scipy.sparse.csr_array((vocab_size, vocab_size), dtype=np.int64)
   for offset in range(1, window + 1):
     left, right = ids[:, :-offset].ravel(), ids[:, offset:].ravel()
     keep = counted[left] & counted[right]
-    left, right = left[keep], right[keep]
-    counts += np.bincount(left * vocab_size + right, minlength=size)
-    counts += np.bincount(right * vocab_size + left, minlength=size)
-  return counts.reshape(vocab_size, vocab_size)
+    # COO to CSR sums the duplicate (left, right) entries: the pair's count at this offset.
+    pairs = scipy.sparse.coo_array((np.ones(int(keep.sum()), np.int64),
+                                    (left[keep], right[keep])),
+                                   shape=(vocab_size, vocab_size)).tocsr()
+    counts = counts + pairs + pairs.T  # right-then-left is the transpose
+  return counts.tocsr()
 
 
-def ppmi(counts: np.ndarray) -> np.ndarray:
-  """Positive PMI of a [V, V] count matrix, contexts smoothed by CONTEXT_POWER; 0 where a pair
-  was never counted."""
-  counts = counts.astype(np.float64)
-  words = counts.sum(1)
-  contexts = counts.sum(0) ** CONTEXT_POWER
-  with np.errstate(divide='ignore', invalid='ignore'):
-    pmi = np.log(counts * contexts.sum() / np.outer(words, contexts))
-  return np.where(counts > 0, np.maximum(pmi, 0.0), 0.0)
+def ppmi(counts) -> scipy.sparse.csr_array:
+  """Positive PMI of a [V, V] count matrix (dense or sparse), contexts smoothed by
+  CONTEXT_POWER, as a sparse float64 matrix: stored only where a pair was counted and its PMI
+  is positive."""
+  counts = scipy.sparse.coo_array(counts, dtype=np.float64)
+  counts.sum_duplicates()
+  counts.eliminate_zeros()
+  words = np.asarray(counts.sum(1)).ravel()
+  contexts = np.asarray(counts.sum(0)).ravel() ** CONTEXT_POWER
+  pmi = np.log(counts.data * contexts.sum() / (words[counts.row] * contexts[counts.col]))
+  keep = pmi > 0
+  return scipy.sparse.coo_array((pmi[keep], (counts.row[keep], counts.col[keep])),
+                                shape=counts.shape).tocsr()
 
 
-def count_table(counts: np.ndarray, dim: int) -> np.ndarray:
-  """[V, dim] float32: U sqrt(S) of the PPMI matrix's SVD, the counted pieces' rows centred and
-  scaled to TABLE_RMS; rows of pieces never counted are zero."""
-  u, s, _ = np.linalg.svd(ppmi(counts), full_matrices=False)
-  table = u[:, :dim] * np.sqrt(s[:dim])
-  counted = counts.sum(1) > 0
+def count_table(counts, dim: int) -> np.ndarray:
+  """[V, dim] float32: U sqrt(S) of the PPMI matrix's top `dim` singular triples, the counted
+  pieces' rows centred and scaled to TABLE_RMS; rows of pieces never counted are zero.
+
+  A singular vector's sign is arbitrary (solvers differ); each column is turned so that its
+  entry of largest magnitude is positive, so the table does not depend on the solver's choice.
+  """
+  matrix = ppmi(counts)
+  u, s, _ = scipy.sparse.linalg.svds(matrix, k=dim, random_state=0)
+  order = np.argsort(s)[::-1]  # svds returns them in ascending order
+  table = u[:, order] * np.sqrt(s[order])
+  largest = np.abs(table).argmax(0)
+  table *= np.sign(table[largest, np.arange(dim)])
+  counted = np.asarray(counts.sum(1)).ravel() > 0
   rows = table[counted] - table[counted].mean(0)
   out = np.zeros_like(table)
   out[counted] = rows * (TABLE_RMS / rows.std())
@@ -174,11 +189,6 @@ def main(argv=None):
   args = parse_args(argv)
   fractions = parse_fractions(args.fractions)
   vocab = load_corpus_vocab(args.data)
-  if vocab.size > MAX_VOCAB:
-    raise UsageError(f"'{args.data}' has a {vocab.size}-piece vocabulary; the dense count model "
-                     f'here is for at most {MAX_VOCAB} pieces (its [V, V] matrices and SVD grow '
-                     'with the square and cube of V); prepare the corpus with a smaller '
-                     'vocabulary to compare with a count model')
   if not 0 < args.dim < vocab.size:
     raise UsageError(f'--dim={args.dim}: the count vectors need a width in [1, {vocab.size}) '
                      '(the vocabulary\'s size); the word table\'s embedding_size is the usual one')
@@ -192,15 +202,16 @@ def main(argv=None):
   results = {'data': args.data, 'task': args.task, 'examples': args.examples, 'dim': args.dim,
              'window': args.window, 'probes': {}}
 
-  def probe(name, table, **facts):
+  def probe(name, table, **facts):  # table None: the bags themselves (one feature a piece)
+    mean_rows = (lambda bags: bags) if table is None else (lambda bags: bags @ table)
     accuracy, strength = linear_probe.probe_accuracy(
-        train_bags @ table, train_examples.labels, dev_bags @ table, dev_examples.labels)
+        mean_rows(train_bags), train_examples.labels, mean_rows(dev_bags), dev_examples.labels)
     results['probes'][name] = {'accuracy': accuracy, 'l2': strength, **facts}
     print(f'{name}: dev accuracy {accuracy:.4f} (L2 {strength:g})', flush=True)
     with open(os.path.join(args.out, 'probes.json'), 'w') as f:
       json.dump(results, f, indent=1)
 
-  probe('pieces', np.eye(vocab.size, dtype=np.float32))
+  probe('pieces', None)
   probe('random', np.random.default_rng(0).normal(0, TABLE_RMS, (vocab.size, args.dim)))
   for path in args.run:
     probe(f'run {path}', run_table(path, vocab))

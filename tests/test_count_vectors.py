@@ -28,7 +28,7 @@ def test_cooccurrence_counts_every_pair_within_the_window_once_each_way():
       for j in range(len(row)):
         if i != j and abs(i - j) <= 3 and row[i] >= 5 and row[j] >= 5:
           expected[row[i], row[j]] += 1
-  np.testing.assert_array_equal(counts, expected)
+  np.testing.assert_array_equal(counts.toarray(), expected)
   assert counts[:5].sum() == 0 and counts[:, :5].sum() == 0
 
 
@@ -41,8 +41,25 @@ def test_ppmi_is_the_smoothed_formula_in_float64():
       if counts[i, j]:
         pmi = np.log(counts[i, j] / words[i] / (contexts[j] / contexts.sum()))
         expected[i, j] = max(pmi, 0.0)
-  np.testing.assert_allclose(count_vectors.ppmi(counts), expected, rtol=1e-12)
-  assert (count_vectors.ppmi(counts) >= 0).all()
+  np.testing.assert_allclose(count_vectors.ppmi(counts).toarray(), expected, rtol=1e-12)
+  assert (count_vectors.ppmi(counts).data > 0).all()  # only positive values are stored
+
+
+def test_count_table_is_the_dense_svd_of_the_ppmi_matrix():
+  """The sparse top-k SVD against numpy's full SVD of the dense PPMI matrix in float64, on a
+  corpus with a Zipf-like spread of pieces: the same table once each column's sign is fixed."""
+  rng = np.random.default_rng(2)
+  ids = np.minimum(rng.zipf(1.3, (300, 24)) + 4, 199)
+  counts = count_vectors.cooccurrence(ids, 200, 3, SPECIALS)
+  table = count_vectors.count_table(counts, 8)
+  u, s, _ = np.linalg.svd(count_vectors.ppmi(counts).toarray())
+  dense = u[:, :8] * np.sqrt(s[:8])
+  dense *= np.sign(dense[np.abs(dense).argmax(0), np.arange(8)])
+  counted = counts.toarray().sum(1) > 0
+  rows = dense[counted] - dense[counted].mean(0)
+  np.testing.assert_allclose(table[counted], rows * (count_vectors.TABLE_RMS / rows.std()),
+                             rtol=1e-4, atol=1e-7)
+  assert not table[~counted].any() and (~counted).sum() > 5
 
 
 def test_count_table_puts_pieces_of_the_same_contexts_together():
