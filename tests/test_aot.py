@@ -81,6 +81,50 @@ def test_collectives_are_parsed_from_hlo_text():
 
 
 @requires_libtpu
+def test_topology_compiles_stay_out_of_the_persistent_compilation_cache(tmp_path):
+  """A TPU executable compiled here cannot be read back on this CPU host, so none is written.
+
+  A plain compile of the same kind of program is the control: it does write an entry, so the
+  check below would see one. Each program bakes in a fresh constant, so no entry from an earlier
+  run can be found instead of written.
+  """
+  import time  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from pathlib import Path  # pylint: disable=g-import-not-at-top
+
+  cache = Path(jax.config.jax_compilation_cache_dir or '')
+  if not jax.config.jax_compilation_cache_dir:
+    pytest.skip('no persistent compilation cache in this process (conftest sets one)')
+  device = aot.slice_devices('v4-8').devices[0]
+  x = jax.ShapeDtypeStruct((128, 128), jnp.float32,
+                           sharding=jax.sharding.SingleDeviceSharding(device))
+
+  def lowered():
+    salt = float(time.time_ns() % 1_000_003)
+    return jax.jit(lambda a: jnp.tanh(a @ a.T + salt)).lower(x)
+
+  def entries():
+    return set(cache.iterdir()) if cache.is_dir() else set()
+
+  name = 'jax_persistent_cache_min_compile_time_secs'
+  before_setting = getattr(jax.config, name)
+  jax.config.update(name, 0.0)  # every compile is worth writing, unless the helper says not
+  try:
+    before = entries()
+    lowered().compile()
+    written = entries() - before
+    assert written, 'the control compile wrote no cache entry: the check below would prove nothing'
+    for entry in written:  # the control's entry is unreadable here: take it out again
+      entry.unlink()
+    before = entries()
+    aot.compile_outside_the_cache(lowered())
+    assert entries() == before
+    assert getattr(jax.config, name) == 0.0  # the setting is restored
+  finally:
+    jax.config.update(name, before_setting)
+
+@requires_libtpu
 def test_tiny_compiles_for_v4_8_and_reports_what_it_costs(tiny_on_v4_8):
   record = tiny_on_v4_8
   print(json.dumps(record))

@@ -175,12 +175,27 @@ def out_of_vmem(error: Exception) -> bool:
   return 'RESOURCE_EXHAUSTED' in text and 'vmem' in text.lower()
 
 
+def compile_outside_the_cache(lowered):
+  """`lowered.compile()`, kept out of JAX's persistent compilation cache.
+
+  A TPU executable built on a CPU host cannot be loaded back there: once cached, every later
+  compile of the same program warns that it cannot read the entry, then compiles it again.
+  """
+  name = 'jax_persistent_cache_min_compile_time_secs'
+  before = getattr(jax.config, name)
+  jax.config.update(name, float('inf'))  # no compile is slow enough to be written
+  try:
+    return lowered.compile()
+  finally:
+    jax.config.update(name, before)
+
+
 def compile_pretrain(config, devices, hbm_bytes: int):
   """(compiled step or None if it cannot fit, memory dict, seconds, lowered, state, batch)."""
   start = time.perf_counter()
   lowered, state, batch = lower_pretrain_step(config, devices)
   try:
-    compiled = lowered.compile()
+    compiled = compile_outside_the_cache(lowered)
   except jax.errors.JaxRuntimeError as e:
     if out_of_vmem(e):
       raise UsageError(
@@ -320,7 +335,7 @@ def finetune_report(config: ml_collections.ConfigDict, sliced: Slice, num_exampl
             'max_seq_length': config.max_seq_length, 'train_examples': num_examples}
   start = time.perf_counter()
   lowered, state, data = lower_finetune_step(config, sliced.devices, num_examples, num_outputs)
-  compiled = lowered.compile()
+  compiled = compile_outside_the_cache(lowered)
   record.update(analyse(compiled, time.perf_counter() - start, state, data,
                         finetune_flops(config), sliced))
   return record
