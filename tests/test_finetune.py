@@ -3,7 +3,9 @@ pretraining run, from a Hugging Face directory (command line) and from random in
 submission files, the summary command and one-line errors."""
 
 import json
+import logging
 import os
+import re
 import subprocess
 import sys
 
@@ -425,7 +427,7 @@ def pretraining_run(files):
   return workdir, jax.device_get(state.params)
 
 
-def test_fine_tune_from_a_pretraining_run(files, pretraining_run, tmp_path):
+def test_fine_tune_from_a_pretraining_run(files, pretraining_run, tmp_path, caplog):
   _, glue, _ = files
   workdir, pretrained = pretraining_run
   config = finetune_config(task='mrpc', init_from=str(workdir), data_dir=str(glue), seeds='3,1')
@@ -439,7 +441,9 @@ def test_fine_tune_from_a_pretraining_run(files, pretraining_run, tmp_path):
       np.testing.assert_array_equal(ours, theirs)
 
   out = tmp_path / 'mrpc'
-  summary = finetune.fine_tune(config, str(out))
+  with caplog.at_level(logging.INFO, logger='absl'):
+    summary = finetune.fine_tune(config, str(out))
+  assert '32 training examples (32 used, 64 rows with the (B, A) swaps)' in caplog.text
   saved = json.loads((out / 'results.json').read_text())
   assert saved == json.loads(json.dumps(summary))
   assert saved['task'] == 'MRPC' and set(saved['seeds']) == {'3', '1'}
@@ -605,6 +609,8 @@ def test_hugging_face_directory_fine_tunes_from_the_command_line(files, tmp_path
                '--config.seeds=0,1', '--config.max_seq_length=32', '--config.batch_size=8',
                '--config.eval_batch_size=8')
   assert result.returncode == 0, result.stderr[-3000:]
+  # A single-sentence task has no pairs to swap, and its log says nothing of swaps.
+  assert re.search(r'(\d+) training examples \(\1 used\), 9 steps', result.stderr)
   assert 'SST-2: SST-2 accuracy' in result.stdout and '(median of 2 seed(s))' in result.stdout
   summary = json.loads((out / 'results.json').read_text())
   assert summary['init'].startswith('Hugging Face') and summary['budget']['steps'] == 9

@@ -362,9 +362,11 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   token_counts = features.token_counts(train_inputs['input_ids'])
   train_inputs = jax.device_put(train_inputs, compiled.replicated)  # once, for every seed
   schedule = optim.learning_rate_schedule(config, total_steps)
-  logging.info('%s from %s: %d training examples (%d used, %d with swapped pairs), %d steps of '
+  # Only pair tasks trained on (B, A) as well have more rows than examples used.
+  swaps = f', {len(train_set)} rows with the (B, A) swaps' if len(train_set) != used else ''
+  logging.info('%s from %s: %d training examples (%d used%s), %d steps of '
                '%d (length %d of %d), lr %g, layer decay %g, seeds %s', task.name,
-               start.description, len(data.train), used, len(train_set), total_steps,
+               start.description, len(data.train), used, swaps, total_steps,
                config.batch_size, train_inputs['input_ids'].shape[1], config.max_seq_length,
                config.learning_rate, config.layer_decay, config.seeds)
 
