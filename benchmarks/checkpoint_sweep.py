@@ -11,9 +11,9 @@ the transfer study, where random init keeps the better of the two. Each is one p
 DIR/<start>[-decay-<d>], --jobs at a time on their own cores (study_parts). Then
 DIR/sweep.json, DIR/sweep.md and DIR/sweep.png put, against pretraining FLOPs, the run's
 held-out discriminator AUC and MLM accuracy at each evaluation and each checkpoint's score per
-decay and seed, beside random init's. Running it again skips finished parts and fine-tunes
-checkpoints saved since, so it can follow a run that is still training. `--finetune_set
-FIELD=VALUE` (repeatable) gives every fine-tuning run one more setting of
+decay and seed, beside random init's. Running it again skips finished parts (also in a DIR
+moved elsewhere) and fine-tunes checkpoints saved since, so it can follow a run that is still
+training. `--finetune_set FIELD=VALUE` (repeatable) gives every fine-tuning run one more setting of
 configs/finetune/glue.py, e.g. `pooling=mean` or `reinit=embeddings`, and keeps its runs
 beside those without (DIR/step-N-pooling=mean). An --out holds one sweep: another --run, --task,
 --glue_dir, --max_seq_length, --train_examples or --finetune_epochs into it is refused before
@@ -152,8 +152,12 @@ def fine_tune(args, state: dict, step: int | None, decay: float,
   if args.finetune_epochs:
     command.append(f'--config.num_epochs={args.finetune_epochs}')
   command += [f'--config.{setting}' for setting in args.finetune_set]
+  # The sweep's folder and the repository by role: a sweep moved to another folder, or run from
+  # another checkout or venv, finds its finished parts. The run and GLUE stay as they are: they
+  # are the sweep's settings, and check_same_sweep refuses others in the same --out.
+  roots = {'$OUT': args.out, '$REPO': finetune_glue.REPO}
   if os.path.exists(os.path.join(out, 'results.json')) and \
-      state.get(name, {}).get('command') == command:
+      study_parts.same_command(state.get(name, {}).get('command'), command, roots):
     study_parts.skip(state, name)
     return
   with study_parts.STATE_LOCK:
@@ -162,7 +166,7 @@ def fine_tune(args, state: dict, step: int | None, decay: float,
   decay_text = f'{decay:g}' if decay else "the recipe's"
   study_parts.run_part(args.out, state, name, command,
                        f'{args.task} from {start}, layer decay {decay_text}, seeds {args.seeds}',
-                       cores)
+                       cores, roots=roots)
 
 
 def scores(path: str) -> dict:

@@ -9,6 +9,7 @@ once, each as soon as the parts it needs have ended well.
 import concurrent.futures
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -68,10 +69,35 @@ def say(line: str):
   sys.stdout.flush()
 
 
+def by_role(command: list[str], roots: dict[str, str]) -> list[str]:
+  """`command` as a part's record keeps it: the interpreter, and every path under one of `roots`
+  ({role: absolute directory}, e.g. {'$OUT': the study's directory}), named by role, not place.
+
+  A study moved to another directory or machine, or run from another checkout or venv, then
+  still finds its finished parts finished; compared with their absolute paths, they would be
+  run again (hours of fine-tuning), or a pretraining run refused as trained with other settings.
+  A command already in this form is returned as it is, and one recorded with absolute paths
+  (before roles) still compares equal where nothing has moved.
+  """
+  innermost_first = sorted(roots.items(), key=lambda item: -len(item[1]))
+  def rewrite(arg: str) -> str:
+    for role, root in innermost_first:  # a whole path, or the start of one: after '=' or ','
+      arg = re.sub(rf'(?<![^=,]){re.escape(root)}(?=$|[/,])', lambda _: role, arg)
+    return arg
+  return ['$PYTHON', *map(rewrite, command[1:])] if command else []
+
+
+def same_command(recorded: list[str] | None, command: list[str], roots: dict[str, str]) -> bool:
+  """Whether a part's recorded command is `command`, wherever the study and its inputs now are."""
+  return recorded is not None and by_role(recorded, roots) == by_role(command, roots)
+
+
 def run_part(out: str, state: dict, name: str, command: list[str], what: str,
-             cores: set[int] | None = None, unfinished=lambda: None):
+             cores: set[int] | None = None, unfinished=lambda: None,
+             roots: dict[str, str] | None = None):
   """Runs `command` (on `cores`, if given) with its output in DIR/logs/<name>.log; records it
-  in state when it ends well: with exit status 0, and `unfinished()` has nothing to say.
+  in state, by_role(command, roots), when it ends well: with exit status 0, and `unfinished()`
+  has nothing to say.
 
   The wall time of every attempt is added up, an interrupted one included, and the attempts
   are counted, so that a report can say when a wall time spans more than one.
@@ -105,7 +131,7 @@ def run_part(out: str, state: dict, name: str, command: list[str], what: str,
     sys.exit(f'{tail}\n{name}: failed (exit {returncode}); the whole log is {log_path}')
   if problem := unfinished():
     sys.exit(f'{name}: {problem}; see {log_path}')
-  record['command'] = command
+  record['command'] = by_role(command, roots or {})
   save_state(out, state)
   say(f'{name}: done in {format_duration(record["seconds"])}')
 

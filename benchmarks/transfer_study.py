@@ -4,7 +4,8 @@ against random initialisation, fine-tuned on SST-2 and MRPC, in one command.
 python benchmarks/transfer_study.py --out=runs/transfer [--config=configs/mini.py]
 
 Parts (--parts picks some; each is skipped when DIR shows it finished with the same command,
-so running the command again resumes where it stopped):
+so running the command again resumes where it stopped, also in a DIR moved elsewhere: the
+commands are compared with their folders named by role, see roots()):
   pretrain  the corpus (--corpus: gutenberg/*.txt and enwiki/*.txt, --held_out files of each
             kept for evaluation) prepared once into DIR/data by electra_jax.prepare; then
             electra_jax.main on it twice: ELECTRA for the config's steps (DIR/electra), and
@@ -101,6 +102,9 @@ def parse_args(argv=None):
   parser.add_argument('--parts', default='pretrain,finetune',
                       help='comma-separated: pretrain, finetune (the report is always written)')
   args = parser.parse_args(argv)
+  # Absolute: the parts run in the repository, and their records name these folders by role.
+  args.out, args.corpus, args.glue_dir = map(os.path.abspath, (args.out, args.corpus,
+                                                              args.glue_dir))
   args.parts = [p for p in args.parts.split(',') if p]
   if not args.jobs:
     args.jobs = study_parts.default_jobs(study_parts.jax_backend(), len(study_parts.usable_cores()))
@@ -158,6 +162,14 @@ def held_out_split(corpus: str, held_out: int) -> tuple[list[str], list[str]]:
   return train, evaluation
 
 
+def roots(args) -> dict[str, str]:
+  """The folders a part's command names by role in its record (study_parts.by_role): the study's
+  own, the repository, the corpus and GLUE. What a part computes is compared, not where: a study
+  carried to another machine resumes there, and a corpus is compared by its files' names, as
+  --beside compares studies."""
+  return {'$OUT': args.out, '$REPO': REPO, '$CORPUS': args.corpus, '$GLUE': args.glue_dir}
+
+
 def config_file_flags(args) -> list[str]:
   """The pretraining config file and the user's overrides: what the data and both runs share."""
   return [f'--config={os.path.abspath(args.config)}', *(f'--config.{s}' for s in args.set)]
@@ -205,11 +217,13 @@ def prepare_data(args, state: dict, data_dir: str):
              f'--config.data.eval_files={",".join(evaluation)}']
   finished = all(os.path.exists(os.path.join(data_dir, split, store.MANIFEST))
                  for split in ('train', 'eval'))
-  if finished and state.get('data', {}).get('command') == command:
+  if finished and study_parts.same_command(state.get('data', {}).get('command'), command,
+                                           roots(args)):
     study_parts.skip(state, 'data')
   else:
     study_parts.run_part(args.out, state, 'data', command,
-             f'{len(train)} training and {len(evaluation)} evaluation files')
+                         f'{len(train)} training and {len(evaluation)} evaluation files',
+                         roots=roots(args))
   state['data']['held_out'] = evaluation
   state['data']['train_files'] = len(train)
 
@@ -225,10 +239,12 @@ def pretrain(args, state: dict, objective: str, run: dict, cores: set[int] | Non
   command = [sys.executable, '-m', 'electra_jax.main', f'--workdir={workdir}', *run['flags']]
   recorded = state.get(name, {}).get('command')
   steps = study_parts.committed_steps(workdir)
-  if steps and recorded and changed_flags(recorded, command):
+  changed = recorded and changed_flags(study_parts.by_role(recorded, roots(args)),
+                                       study_parts.by_role(command, roots(args)))
+  if steps and changed:
     raise UsageError(f'{workdir} was pretrained with other settings (changed: '
-                     f'{" ".join(changed_flags(recorded, command))}); use another --out, or '
-                     f'delete {workdir} to pretrain it again')
+                     f'{" ".join(changed)}); use another --out, or delete {workdir} to '
+                     'pretrain it again')
   if steps and steps[-1] > run['steps']:
     raise UsageError(f'{workdir} has a checkpoint at step {steps[-1]}, past the {run["steps"]} '
                      'steps asked for; use another --out')
@@ -250,7 +266,7 @@ def pretrain(args, state: dict, objective: str, run: dict, cores: set[int] | Non
 
   study_parts.run_part(args.out, state, name, command,
            f'{objective} for {run["steps"]:,} steps{resuming}, '
-           f'{run["steps"] * run["flops_per_step"]:.3g} FLOPs', cores, unfinished)
+           f'{run["steps"] * run["flops_per_step"]:.3g} FLOPs', cores, unfinished, roots(args))
   check_flops(workdir, run)
 
 
@@ -287,26 +303,49 @@ def fine_tune(args, state: dict, plan: dict, start: str, task: str,
   init_flags, step = start_flags(args, plan, start)
   examples = {'SST-2': args.sst2_examples, 'MRPC': args.mrpc_examples}[task]
   command = finetune_glue.fine_tune_command(
-      task, out, init_flags, glue_dir=os.path.abspath(args.glue_dir), seeds=args.seeds,
+      task, out, init_flags, glue_dir=args.glue_dir, seeds=args.seeds,
       max_seq_length=args.max_seq_length, train_examples=examples)
   if args.finetune_epochs:
     command.append(f'--config.num_epochs={args.finetune_epochs}')
   record = state.get(name, {})
-  if (os.path.exists(os.path.join(out, 'results.json')) and record.get('command') == command
+  if (os.path.exists(os.path.join(out, 'results.json'))
+      and study_parts.same_command(record.get('command'), command, roots(args))
       and record.get('pretrained_step') == step):
     study_parts.skip(state, name)
     return
   with study_parts.STATE_LOCK:
-    state.pop(name, None)  # a stale run's time is not this run's
+    before = state.pop(name, {})  # a stale run's time is not this run's
+    # Recorded from the start, so that an interrupted attempt says what it began from and where.
+    state[name] = {'seconds': 0.0, 'pretrained_step': step, 'ran_in': args.out}
+  if os.path.isdir(out):
+    set_aside_if_not_resumable(name, out, before, step, args.out,
+                               transfer_report.split_variant(start)[0])
   study_parts.run_part(args.out, state, name, command,
-                       f'{task} from {start}, seeds {args.seeds}', cores)
-  state[name]['pretrained_step'] = step
-  study_parts.save_state(args.out, state)
+                       f'{task} from {start}, seeds {args.seeds}', cores, roots=roots(args))
+
+
+def set_aside_if_not_resumable(name: str, out: str, before: dict, step: int | None,
+                               study_dir: str, encoder: str):
+  """Renames an earlier attempt's fine-tuning folder out of the way of this one where finetune
+  must not continue it: begun from another step of its encoder (which has trained on since; its
+  seeds' checkpoints would pass for the new step's), or in the study's earlier place (its config
+  names the files there, and finetune refuses it). Its scores are kept."""
+  if before.get('pretrained_step', step) != step:
+    why, suffix = (f'was fine-tuned from step {before["pretrained_step"]:,} of {encoder}, which '
+                   f'has trained on to step {step:,}'), f'from-step-{before["pretrained_step"]}'
+  elif before.get('ran_in', study_dir) != study_dir:
+    why, suffix = f'was begun where the study was before, {before["ran_in"]}', 'moved'
+  else:
+    return
+  aside, n = f'{out}.{suffix}', 1
+  while os.path.exists(aside):
+    aside, n = f'{out}.{suffix}.{n}', n + 1
+  os.rename(out, aside)
+  study_parts.say(f'{name}: {out} {why}; it is now {aside}')
 
 
 def main(argv=None):
   args = parse_args(argv)
-  args.out = os.path.abspath(args.out)
   os.makedirs(args.out, exist_ok=True)
   study_parts.stop_parts_on_sigterm()
   state = study_parts.load_state(args.out)

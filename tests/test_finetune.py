@@ -13,6 +13,7 @@ os.environ.setdefault('HF_HUB_OFFLINE', '1')
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import optax
 import pytest
@@ -460,6 +461,19 @@ def test_fine_tune_from_a_pretraining_run(files, pretraining_run, tmp_path, capl
   assert saved['submission_seed'] in (1, 3)
   records = [json.loads(line) for line in (out / 'metrics.jsonl').read_text().splitlines()]
   assert [r['step'] for r in records if r['seed'] == 3] == [4, 8]
+
+  # init_step 0 (the run's latest) is recorded as the step it was: once the run has saved a later
+  # checkpoint, the same command must not resume these seeds as if they had begun from that one.
+  assert config.init_step == 0 and resolved['init_step'] == 7
+  later = ml_collections.ConfigDict({**resolved, 'init_step': 9})
+  with pytest.raises(UsageError, match=re.escape(
+      f'holds seed checkpoints fine-tuned from step 7 of {workdir}, not from step 9 (init_step 0 '
+      "is the run's latest); pass --config.init_step=7 to continue that run")):
+    finetune.prepare_workdir(later, str(out))
+  finetune.prepare_workdir(ml_collections.ConfigDict({**resolved, 'seeds': '3'}), str(out))
+  # A workdir from before steps were resolved recorded 0: it continues, as it did then.
+  (out / 'config.json').write_text(json.dumps({**resolved, 'init_step': 0}))
+  finetune.prepare_workdir(later, str(out))
 
 
 def test_a_checkpoint_that_does_not_fit_is_refused(files, pretraining_run):

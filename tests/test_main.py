@@ -283,6 +283,12 @@ def test_checkpoint_sweep_fine_tunes_each_start_once_and_reports_against_flops(m
           'use another --out') in other.stderr.strip().splitlines()[-1]
   assert {p: p.read_bytes() for p in out.rglob('*') if p.is_file()} == before
 
+  # Moved to another folder, the sweep finds its finished parts where they now are.
+  moved = out.rename(tmp_path / 'moved')
+  again = sweep(f'--out={moved}', *small[:1], *small[2:], '--layer_decays=1')
+  assert again.returncode == 0, again.stdout + again.stderr[-3000:]
+  assert 'running' not in again.stdout and again.stdout.count('finished before') == 3, again.stdout
+
 
 # ---- mistakes a user can make: one clear line, nothing already written damaged ----------------
 

@@ -302,7 +302,8 @@ def test_a_part_that_ends_well_but_unfinished_is_not_recorded_as_done(tmp_path, 
                    unfinished=lambda: 'main stopped at step 7, before the planned 9')
   assert 'command' not in state['pretrain_x'] and 'done in' not in capsys.readouterr().out
   study.run_part(str(tmp_path), state, 'pretrain_x', command, 'x')
-  assert state['pretrain_x']['command'] == command and 'done in' in capsys.readouterr().out
+  assert state['pretrain_x']['command'] == ['$PYTHON', '-c', 'pass']
+  assert 'done in' in capsys.readouterr().out
   # Its wall time spans both attempts, and the report says so.
   assert state['pretrain_x']['attempts'] == 2
   report = load_report()
@@ -404,6 +405,58 @@ def test_whole_study_at_toy_scale_then_a_rerun_skips_everything(tmp_path):
   markdown = (out / 'results.md').read_text()
   assert 'not timed (trained before the study ran it)' in markdown
   assert markdown.count('not timed') == 1  # ELECTRA's pretraining kept its own time
+
+  # Carried elsewhere with its corpus (another machine, after a preemption): nothing runs again.
+  moved, corpus = tmp_path / 'moved', toy_corpus(tmp_path / 'corpus_elsewhere')
+  out.rename(moved)
+  fourth = run_study(moved, corpus)
+  assert 'running' not in fourth and fourth.count('finished before') == len(parts), fourth
+  assert json.loads((moved / 'results.json').read_text())['finetuning'] == results['finetuning']
+
+  # Fine-tuning runs to do again, in folders finetune must not continue, are set aside: one begun
+  # from another step of its encoder (which has trained on since; its seeds' checkpoints would
+  # pass for the new step's), and one stopped before the move (finetune refuses its old paths).
+  state = json.loads((moved / 'state.json').read_text())
+  state['finetune_electra_MRPC']['pretrained_step'] = 7
+  del state['finetune_random_MRPC']['command']  # as a part stopped midway leaves it
+  (moved / 'state.json').write_text(json.dumps(state))
+  fifth = run_study(moved, corpus)
+  tuned = moved / 'finetune'
+  assert (f'finetune_electra_MRPC: {tuned}/electra-MRPC was fine-tuned from step 7 of electra, '
+          f'which has trained on to step 8; it is now {tuned}/electra-MRPC.from-step-7') in fifth
+  assert (f'finetune_random_MRPC: {tuned}/random-MRPC was begun where the study was before, '
+          f'{out}; it is now {tuned}/random-MRPC.moved') in fifth, fifth
+  assert fifth.count('running') == 2 and fifth.count('done in') == 2, fifth
+  for name in ('electra-MRPC', 'electra-MRPC.from-step-7', 'random-MRPC', 'random-MRPC.moved'):
+    assert (tuned / name / 'results.json').exists()
+
+
+def test_commands_are_recorded_with_their_folders_by_role():
+  """What a part ran is compared wherever the study, the repository and the interpreter now
+  are: a whole path under a root, or the start of one, after '=' or ',', and nothing else."""
+  study = load_study().study_parts
+  def command(python, out, repo, corpus):
+    return [python, '-m', 'electra_jax.main', f'--workdir={out}/electra',
+            f'--config={repo}/configs/mini.py', f'--out={out}',
+            f'--config.data.train_files={corpus}/g/1.txt,{corpus}/w/2.txt', f'{out}/x']
+  here = {'$OUT': '/a/study', '$REPO': '/a', '$CORPUS': '/c/text'}  # the study in the repo
+  ran = command('/venv/bin/python', '/a/study', '/a', '/c/text')
+  recorded = study.by_role(ran, here)
+  assert recorded == [
+      '$PYTHON', '-m', 'electra_jax.main', '--workdir=$OUT/electra',
+      '--config=$REPO/configs/mini.py', '--out=$OUT',
+      '--config.data.train_files=$CORPUS/g/1.txt,$CORPUS/w/2.txt', '$OUT/x']
+  assert study.by_role(recorded, here) == recorded  # a record stays as it is
+  assert study.by_role(['python', '--x=/a/study2/y', 'x/a/study', '--y=/c/text.old'], here) == \
+      ['$PYTHON', '--x=$REPO/study2/y', 'x/a/study', '--y=/c/text.old']  # whole names only
+
+  there = {'$OUT': '/b/run', '$REPO': '/b/repo', '$CORPUS': '/d'}
+  moved = command('/usr/bin/python3', '/b/run', '/b/repo', '/d')
+  assert study.same_command(recorded, moved, there)
+  assert not study.same_command(recorded, [*moved[:-1], '/b/run/y'], there)
+  assert study.same_command(ran, ran, here)  # a record from before roles, where nothing moved
+  assert not study.same_command(ran, moved, there)
+  assert not study.same_command(None, ran, here)
 
 
 def test_bad_parts_is_one_clear_error(tmp_path):

@@ -59,7 +59,7 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
                      f'{config.train_file} and {config.eval_file}')
   settings.parse_seeds(config.seeds)
   start = init.load_start(config)
-  config = settings.resolve(config, TASK, start.model, jax.device_count())
+  config = settings.resolve(config, TASK, start.model, jax.device_count(), start.step)
   train_set = chunk_data.read(os.path.join(config.data_dir, config.train_file),
                               config.max_train_sentences)
   eval_set = chunk_data.read(os.path.join(config.data_dir, config.eval_file))

@@ -34,6 +34,7 @@ class Start(NamedTuple):
   description: str                   # for logs and results.json
   reinit: tuple[str, ...] = ()       # parts of the pretrained encoder drawn afresh (with_reinit)
   word_table: np.ndarray | None = None  # [vocab, E] replacing the word table (with_word_table)
+  step: int | None = None            # the pretraining run's checkpoint it holds; None otherwise
 
 
 def is_run(path: str) -> bool:
@@ -44,7 +45,7 @@ def from_run(workdir: str, step: int | None = None) -> Start:
   run = exporting.load_run(workdir, step)  # checks the checkpoint against the run's own config
   params = {name: pretrain_model.discriminator_view(run.params)[name] for name in ENCODER}
   return Start(run.config.model, run.vocab, params,
-               f'pretraining run {workdir} (step {run.step})')
+               f'pretraining run {workdir} (step {run.step})', step=run.step)
 
 
 def from_hf(hf_dir: str, vocab_path: str = '') -> Start:

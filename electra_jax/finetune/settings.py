@@ -49,10 +49,17 @@ def parse_seeds(seeds: str) -> list[int]:
 
 
 def resolve(config: ml_collections.ConfigDict, task: Task, model: ml_collections.ConfigDict,
-            num_devices: int) -> ml_collections.ConfigDict:
-  """A copy of `config` with task, size, learning rate, decay and epochs made explicit."""
+            num_devices: int, init_step: int | None = None) -> ml_collections.ConfigDict:
+  """A copy of `config` with task, size, learning rate, decay and epochs made explicit, and
+  init_step with the checkpoint a pretraining run's start was loaded from (`init_step`).
+
+  init_step 0 means the run's latest checkpoint, which moves while the run trains on; recorded
+  as a step, it lets a rerun tell seeds begun from an older checkpoint from its own.
+  """
   c = ml_collections.ConfigDict(config.to_dict())
   c.task = task.name
+  if init_step is not None:
+    c.init_step = init_step
   c.model = ml_collections.ConfigDict(model.to_dict())
   if c.size == 'auto':
     c.size = infer_size(model)

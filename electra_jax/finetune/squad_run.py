@@ -94,7 +94,7 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   check(config)
   settings.parse_seeds(config.seeds)
   start = init.load_start(config)
-  config = settings.resolve(config, task, start.model, jax.device_count())
+  config = settings.resolve(config, task, start.model, jax.device_count(), start.step)
   train_set, dev_set = read_sets(config, task)
   build = functools.partial(squad_features.build, vocab=start.vocab,
                             max_seq_length=config.max_seq_length,

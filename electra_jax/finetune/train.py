@@ -325,7 +325,15 @@ def prepare_workdir(config, workdir: str):
     now = json.loads(config.to_json())
     changed = [f'{k}: saved {saved.get(k)!r}, now {now.get(k)!r}'
                for k in sorted(set(saved) | set(now))
-               if k not in RERUN_MAY_CHANGE and saved.get(k) != now.get(k)]
+               if k not in RERUN_MAY_CHANGE and saved.get(k) != now.get(k)
+               # 0: a run from before the step was resolved, begun from the latest then
+               and not (k == 'init_step' and saved.get(k) == 0)]
+    if changed == [f"init_step: saved {saved['init_step']!r}, now {now['init_step']!r}"]:
+      raise UsageError(f"{workdir} holds seed checkpoints fine-tuned from step "
+                       f"{saved['init_step']} of {config.init_from}, not from step "
+                       f"{now['init_step']} (init_step 0 is the run's latest); pass "
+                       f"--config.init_step={saved['init_step']} to continue that run, or use "
+                       'a new --workdir')
     if changed:
       raise UsageError(f'{workdir} holds seed checkpoints of another fine-tuning run '
                        f'({"; ".join(changed[:3])}); use a new --workdir, or the command that '
@@ -340,7 +348,7 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   settings.parse_seeds(config.seeds)
   start = init.with_reinit(init.load_start(config), config.get('reinit', ''))
   start = init.with_word_table(start, config.get('word_table', ''))
-  config = settings.resolve(config, task, start.model, jax.device_count())
+  config = settings.resolve(config, task, start.model, jax.device_count(), start.step)
   data = glue_data.load(task, config.data_dir, config.tfds_name, config.tfds_data_dir,
                         config.predict_test)
   train_set, used = train_examples(config, task, data)
