@@ -326,8 +326,8 @@ def prepare_workdir(config, workdir: str):
     changed = [f'{k}: saved {saved.get(k)!r}, now {now.get(k)!r}'
                for k in sorted(set(saved) | set(now))
                if k not in RERUN_MAY_CHANGE and saved.get(k) != now.get(k)
-               # 0: a run from before the step was resolved, begun from the latest then
-               and not (k == 'init_step' and saved.get(k) == 0)]
+               # 0 or none: a run from before the step was resolved, begun from the latest then
+               and not (k == 'init_step' and not saved.get(k))]
     if changed == [f"init_step: saved {saved['init_step']!r}, now {now['init_step']!r}"]:
       raise UsageError(f"{workdir} holds seed checkpoints fine-tuned from step "
                        f"{saved['init_step']} of {config.init_from}, not from step "
