@@ -29,6 +29,7 @@ import time
 import finetune_glue
 import study_parts
 import transfer_report
+from electra_jax.core import run_lock
 from electra_jax.core.errors import UsageError
 from electra_jax.training.report import format_duration
 
@@ -295,19 +296,21 @@ def write_report(args) -> list[str]:
 def main(argv=None):
   args = parse_args(argv)
   os.makedirs(args.out, exist_ok=True)
-  study_parts.stop_parts_on_sigterm()
-  state = study_parts.load_state(args.out)
-  check_same_sweep(args, state)
-  started = time.perf_counter()
-  starts = [None, *args.steps] if args.random_init else args.steps
-  parts = {part_name(args, step, decay): (
-      (lambda cores, step=step, decay=decay: fine_tune(args, state, step, decay, cores)), ())
-           for step in starts for decay in args.layer_decays}
-  try:
-    study_parts.run_all(parts, args.jobs)
-  finally:
-    study_parts.save_state(args.out, state)
-  print(f'report: {", ".join(write_report(args))} '
+  with run_lock.only_run_in(args.out, 'checkpoint sweep'):
+    study_parts.stop_parts_on_sigterm()
+    state = study_parts.load_state(args.out)
+    check_same_sweep(args, state)
+    started = time.perf_counter()
+    starts = [None, *args.steps] if args.random_init else args.steps
+    parts = {part_name(args, step, decay): (
+        (lambda cores, step=step, decay=decay: fine_tune(args, state, step, decay, cores)), ())
+             for step in starts for decay in args.layer_decays}
+    try:
+      study_parts.run_all(parts, args.jobs)
+    finally:
+      study_parts.save_state(args.out, state)
+    written = write_report(args)
+  print(f'report: {", ".join(written)} '
         f'({format_duration(time.perf_counter() - started)})', flush=True)
 
 

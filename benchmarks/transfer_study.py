@@ -47,7 +47,7 @@ from ml_collections import config_flags
 import finetune_glue
 import study_parts
 import transfer_report
-from electra_jax.core import config as config_lib, flops
+from electra_jax.core import config as config_lib, flops, run_lock
 from electra_jax.data import store
 from electra_jax.core.errors import UsageError
 
@@ -347,17 +347,19 @@ def set_aside_if_not_resumable(name: str, out: str, before: dict, step: int | No
 def main(argv=None):
   args = parse_args(argv)
   os.makedirs(args.out, exist_ok=True)
-  study_parts.stop_parts_on_sigterm()
-  state = study_parts.load_state(args.out)
-  started = time.perf_counter()
-  try:
-    plan = run_study(args, state)
-  finally:  # the study's wall time counts invocations that ran a part, an interrupted one too
-    if study_parts.RAN_A_PART.is_set():
-      study = state.setdefault('study', {'seconds': 0.0})
-      study['seconds'] = round(study['seconds'] + time.perf_counter() - started, 1)
-    study_parts.save_state(args.out, state)
-  written = transfer_report.write_report(args.out, plan, state, vars(args))
+  # A second study in the same --out would run every part again beside the first one.
+  with run_lock.only_run_in(args.out, 'transfer study'):
+    study_parts.stop_parts_on_sigterm()
+    state = study_parts.load_state(args.out)
+    started = time.perf_counter()
+    try:
+      plan = run_study(args, state)
+    finally:  # the study's wall time counts invocations that ran a part, an interrupted one too
+      if study_parts.RAN_A_PART.is_set():
+        study = state.setdefault('study', {'seconds': 0.0})
+        study['seconds'] = round(study['seconds'] + time.perf_counter() - started, 1)
+      study_parts.save_state(args.out, state)
+    written = transfer_report.write_report(args.out, plan, state, vars(args))
   print(f'report: {", ".join(written)}', flush=True)
 
 

@@ -19,9 +19,9 @@ import optax
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from conftest import REPO, error_line, load_config
+from conftest import REPO, error_line, load_config, tree_digest
 from electra_jax.training import checkpoint, train
-from electra_jax.core import config as config_lib, optim as pretrain_optim
+from electra_jax.core import config as config_lib, optim as pretrain_optim, run_lock
 from electra_jax.core.errors import UsageError
 from electra_jax.finetune import cpu_threefry, features, glue_data, init, model as model_lib
 from electra_jax.finetune import optim, settings, tasks
@@ -586,6 +586,7 @@ def test_random_init_regression(files, tmp_path):
                            num_epochs=2.0)
   with pytest.raises(UsageError, match=f'has {vocab_size} pieces but config.model.vocab_size'):
     finetune.fine_tune(config, str(tmp_path / 'wrong'))
+  assert not (tmp_path / 'wrong').exists()  # refused before it wrote, it leaves no folder
   config.model.update(vocab_size=vocab_size, **TINY)
   summary = finetune.fine_tune(config, str(tmp_path / 'stsb'))
   assert summary['init'] == 'random initialisation' and summary['budget']['steps'] == 8
@@ -596,6 +597,12 @@ def test_random_init_regression(files, tmp_path):
   # reports the same scores (it used to stop on the compiled-once guard: 0 programs).
   again = finetune.fine_tune(config, str(tmp_path / 'stsb'))
   assert again['seeds'] == summary['seeds'] and again['score'] == summary['score']
+  # While another process fine-tunes there, a second run is refused before it writes anything.
+  before = tree_digest(tmp_path / 'stsb')
+  with run_lock.only_run_in(str(tmp_path / 'stsb'), 'fine-tuning run'):
+    with pytest.raises(UsageError, match='stsb is in use by another fine-tuning run'):
+      finetune.fine_tune(config, str(tmp_path / 'stsb'))
+  assert tree_digest(tmp_path / 'stsb') == before
 
 
 # ---- command lines --------------------------------------------------------------------------

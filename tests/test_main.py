@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, WIKITEXT, error_line, tree_digest
+from electra_jax.core import run_lock
 
 SMALL_RUN = ['--config.batch_size=16', '--config.max_seq_length=64', '--config.model.vocab_size=1000',
              '--config.warmup_steps=10', '--config.log_every=10', '--config.save_every=20',
@@ -88,8 +89,17 @@ def test_killed_run_resumes_to_identical_losses(finished_run, tmp_path):
       assert process.poll() is None, 'the run ended before it could be killed'
       assert time.time() < deadline, 'the run did not reach step 30 in time'
       time.sleep(0.2)
+    # Paused, the run still holds its workdir: the same command again is refused before it
+    # writes anything (two runs there crashed each other inside Orbax at the same step).
+    process.send_signal(signal.SIGSTOP)
+    before = tree_digest(workdir)
+    second = run(workdir, '--config.num_train_steps=60', check=False)
+    assert error_line(second) == (
+        f'electra_jax: error: {workdir} is in use by another pretraining run (a running process '
+        'holds it); wait for that one to end or stop it, or use another directory')
+    assert tree_digest(workdir) == before
   finally:
-    process.send_signal(signal.SIGKILL)
+    process.send_signal(signal.SIGKILL)  # the lock goes with it: the run below resumes
     process.wait()
   killed_at = max(metrics(workdir))
   assert killed_at < 60, 'killed too late to test anything'
@@ -285,6 +295,13 @@ def test_checkpoint_sweep_fine_tunes_each_start_once_and_reports_against_flops(m
 
   # Moved to another folder, the sweep finds its finished parts where they now are.
   moved = out.rename(tmp_path / 'moved')
+  with run_lock.only_run_in(str(moved), 'checkpoint sweep'):  # as a sweep running there does
+    busy = sweep(f'--out={moved}', *small[:1], *small[2:], '--layer_decays=1')
+  assert busy.returncode != 0 and busy.stderr.strip().splitlines()[-1] == (
+      f'checkpoint_sweep: error: {moved} is in use by another checkpoint sweep (a running '
+      'process holds it); wait for that one to end or stop it, or use another directory')
+  assert {p.relative_to(moved): p.read_bytes() for p in moved.rglob('*') if p.is_file()} == {
+      p.relative_to(out): b for p, b in before.items()}
   again = sweep(f'--out={moved}', *small[:1], *small[2:], '--layer_decays=1')
   assert again.returncode == 0, again.stdout + again.stderr[-3000:]
   assert 'running' not in again.stdout and again.stdout.count('finished before') == 3, again.stdout

@@ -14,7 +14,8 @@ import ml_collections
 import pytest
 
 from conftest import REPO, SHARED_DATA, real_file, tree_digest
-from electra_jax.core import flops
+from electra_jax.core import flops, run_lock
+from electra_jax.core.errors import UsageError
 
 CORPUS = SHARED_DATA / 'pretraining-text'
 GLUE = SHARED_DATA / 'glue'
@@ -464,3 +465,15 @@ def test_bad_parts_is_one_clear_error(tmp_path):
                           capture_output=True, text=True, cwd=REPO)
   assert result.returncode != 0
   assert result.stderr.strip().splitlines()[-1].startswith('transfer_study: error: --parts=train')
+
+
+def test_a_second_study_in_the_same_out_is_refused_while_the_first_runs(tmp_path):
+  (tmp_path / 'state.json').write_text('{"parts": {}}')
+  before = tree_digest(tmp_path)
+  with run_lock.only_run_in(str(tmp_path), 'transfer study'):  # as a running study holds it
+    with pytest.raises(UsageError) as refused:
+      load_study().main([f'--out={tmp_path}', '--jobs=1', f'--corpus={tmp_path}/no-corpus'])
+  assert str(refused.value) == (
+      f'{tmp_path} is in use by another transfer study (a running process holds it); wait for '
+      'that one to end or stop it, or use another directory')
+  assert tree_digest(tmp_path) == before

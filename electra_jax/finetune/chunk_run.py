@@ -48,6 +48,7 @@ def predict_fn(params, batch, *, model):
   return jnp.argmax(logits, axis=-1).astype(jnp.int32)
 
 
+@train.one_run_per_workdir
 @cpu_threefry.in_line_on_cpu()  # the same dropout masks, for less CPU time
 def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Fine-tunes every seed of `config` on CoNLL-2000; writes DIR/results.json and predictions."""

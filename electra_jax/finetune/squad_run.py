@@ -87,6 +87,7 @@ def output_files(task: QATask, found: squad_predict.Answers, threshold: float) -
   return files
 
 
+@train.one_run_per_workdir
 @cpu_threefry.in_line_on_cpu()  # the same dropout masks, for less CPU time
 def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Fine-tunes every seed of `config` on its SQuAD task; writes DIR/results.json and answers."""

@@ -8,6 +8,7 @@ Data parallelism is expressed with shardings, not with pmap: the batch is sharde
 all-reduce. The same code runs on one CPU, N simulated CPU devices, a GPU or a TPU slice.
 """
 
+import contextlib
 import functools
 import signal
 import threading
@@ -25,7 +26,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from electra_jax.training import checkpoint, batches as batches_lib, nonfinite
 from electra_jax.core import config as config_lib
 from electra_jax import objective
-from electra_jax.core import optim, storage, validation
+from electra_jax.core import optim, run_lock, storage, validation
 from electra_jax.training import health, report, two_stage
 from electra_jax.data import pipeline
 from electra_jax.core.model import count_params, init_params
@@ -256,8 +257,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
   """Pretrains (or resumes pretraining) in `workdir` until config.num_train_steps."""
   validation.validate(config, jax.device_count())
   storage.check_uri(workdir, '--workdir')
-  config_lib.check_workdir_config(config, workdir)
   storage.makedirs(workdir)
+  # Process 0 speaks for a multi-host run: its other processes share the workdir.
+  with (run_lock.only_run_in(workdir, 'pretraining run') if jax.process_index() == 0
+        else contextlib.nullcontext()):
+    config_lib.check_workdir_config(config, workdir)
+    return _train_and_evaluate(config, workdir)
+
+
+def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
   is_chief = jax.process_index() == 0
 
   vocab = chief_first(lambda: batches_lib.setup_vocab(config, workdir), 'vocab')

@@ -1,0 +1,52 @@
+"""One process at a time in a run's directory.
+
+Two runs started in one directory (the same command again in a second terminal, two studies
+given one --out) write the same checkpoint steps and fine-tuning seeds, trim each other's
+metrics and crash midway: two pretraining runs in one workdir both failed inside Orbax at the
+same step and left its checkpoint half-written. So a run holds its directory while it works,
+and a second one is refused before it writes anything.
+
+The lock is the kernel's (flock on the directory itself), so no file is left behind, and it ends
+with the process however the process ends: a killed or preempted run leaves nothing to clean up.
+An object store (a gs:// workdir) has no such lock; nothing guards a run there.
+"""
+
+import contextlib
+import fcntl
+import os
+
+from absl import logging
+
+from electra_jax.core import storage
+from electra_jax.core.errors import UsageError
+
+
+@contextlib.contextmanager
+def only_run_in(directory: str, what: str, create: bool = False):
+  """Holds `directory` for this process while the block runs.
+
+  Raises UsageError, naming `what` holds it, if another process does. With `create` the
+  directory is made first and removed again if the block leaves it empty (a run refused
+  before it wrote anything leaves no trace).
+  """
+  if storage.is_uri(directory):
+    yield
+    return
+  created = create and not os.path.isdir(directory)
+  if create:
+    os.makedirs(directory, exist_ok=True)
+  fd = os.open(directory, os.O_RDONLY)
+  try:
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      raise UsageError(f'{directory} is in use by another {what} (a running process holds it); '
+                       'wait for that one to end or stop it, or use another directory') from None
+    except OSError as e:  # a file system without locks (some network mounts)
+      logging.warning('could not lock %s (%s): nothing stops a second run from writing there '
+                      'at the same time', directory, e)
+    yield
+  finally:
+    os.close(fd)  # releases the lock
+    if created and os.path.isdir(directory) and not os.listdir(directory):
+      os.rmdir(directory)
