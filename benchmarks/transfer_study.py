@@ -6,8 +6,9 @@ python benchmarks/transfer_study.py --out=runs/transfer [--config=configs/mini.p
 Parts (--parts picks some; each is skipped when DIR shows it finished with the same command,
 so running the command again resumes where it stopped, also in a DIR moved elsewhere: the
 commands are compared with their folders named by role, see roots()):
-  pretrain  the corpus (--corpus: gutenberg/*.txt and enwiki/*.txt, --held_out files of each
-            kept for evaluation) prepared once into DIR/data by electra_jax.prepare; then
+  pretrain  the corpus (--corpus: each subfolder's *.txt files, e.g. gutenberg/ and enwiki/,
+            --held_out files of each kept for evaluation) prepared once into DIR/data by
+            electra_jax.prepare (which detects each file's format); then
             electra_jax.main on it twice: ELECTRA for the config's steps (DIR/electra), and
             config.objective=mlm (DIR/mlm) for as many steps as cost the same model FLOPs
             (electra_jax/core/flops.py). main resumes an interrupted run from its checkpoint.
@@ -67,7 +68,9 @@ def parse_args(argv=None):
   parser.add_argument('--pretrain_steps', type=int, default=0,
                       help="ELECTRA's pretraining steps; 0 = the config's num_train_steps")
   parser.add_argument('--corpus', default=os.path.join(SHARED, 'pretraining-text'),
-                      help='folder with gutenberg/*.txt and enwiki/*.txt, passed as they are')
+                      help='folder whose subfolders hold the text, one source each (*.txt in any '
+                      'format the reader detects: Project Gutenberg books, WikiExtractor output, '
+                      'one sentence per line), passed as they are')
   parser.add_argument('--held_out', type=int, default=2,
                       help='files of each folder (drawn with seed 0) kept out of training as '
                       'evaluation text')
@@ -147,15 +150,30 @@ def resolve_config(config_flags_list: list[str]) -> ml_collections.ConfigDict:
   return values.config
 
 
+def corpus_folders(corpus: str) -> list[str]:
+  """The sources of a corpus: its subfolders that hold .txt files, in name order."""
+  if not os.path.isdir(corpus):
+    raise UsageError(f'--corpus={corpus} is not a folder; pass a folder whose subfolders hold '
+                     'the .txt files, one source each (e.g. gutenberg/ and enwiki/)')
+  folders = sorted(name for name in os.listdir(corpus)
+                   if glob.glob(os.path.join(corpus, name, '*.txt')))
+  if not folders:
+    raise UsageError(f'--corpus={corpus} has no subfolder holding .txt files; the study reads '
+                     'each subfolder as one source (e.g. gutenberg/*.txt and enwiki/*.txt), '
+                     'in any format the reader detects')
+  return folders
+
+
 def held_out_split(corpus: str, held_out: int) -> tuple[list[str], list[str]]:
-  """(training files, evaluation files): `held_out` files of each folder drawn with seed 0."""
+  """(training files, evaluation files): `held_out` files of each source folder drawn with seed
+  0, so every source is evaluated and none is left out of training."""
   train, evaluation = [], []
-  for folder in ('enwiki', 'gutenberg'):
+  for folder in corpus_folders(corpus):
     files = sorted(glob.glob(os.path.join(corpus, folder, '*.txt')))
     if len(files) <= held_out:
-      raise UsageError(f"{os.path.join(corpus, folder)} holds {len(files)} .txt files; the study "
-                       f'needs more than --held_out={held_out} of them (pass --corpus=DIR with '
-                       'gutenberg/ and enwiki/ folders)')
+      raise UsageError(f'{os.path.join(corpus, folder)} holds {len(files)} .txt files; the study '
+                       f'needs more than --held_out={held_out} of each source folder (split the '
+                       'text into more files, or lower --held_out)')
     chosen = set(random.Random(0).sample(files, held_out))
     evaluation += sorted(chosen)
     train += [f for f in files if f not in chosen]

@@ -477,3 +477,39 @@ def test_a_second_study_in_the_same_out_is_refused_while_the_first_runs(tmp_path
       f'{tmp_path} is in use by another transfer study (a running process holds it); wait for '
       'that one to end or stop it, or use another directory')
   assert tree_digest(tmp_path) == before
+
+
+def test_each_subfolder_of_the_corpus_is_a_source_with_its_own_held_out_files(tmp_path):
+  study = load_study()
+  corpus = tmp_path / 'corpus'
+  for folder, count in (('news', 4), ('books', 3), ('forum', 5)):
+    (corpus / folder).mkdir(parents=True)
+    for i in range(count):
+      (corpus / folder / f'{i}.txt').write_text(f'{folder} {i}\n')
+  (corpus / 'notes').mkdir()  # no .txt files: not a source
+  (corpus / 'README.txt').write_text('about the corpus\n')  # not in a source folder
+  train, evaluation = study.held_out_split(str(corpus), 2)
+  assert [os.path.basename(os.path.dirname(f)) for f in evaluation] == [
+      'books', 'books', 'forum', 'forum', 'news', 'news']
+  assert sorted(train + evaluation) == sorted(map(str, corpus.glob('*/*.txt')))
+  assert len(set(train)) == 6
+
+  for bad, message in ((corpus, f'{corpus}/books holds 3 .txt files; the study needs more than '
+                                '--held_out=3 of each source folder'),
+                       (corpus / 'notes', f'--corpus={corpus}/notes has no subfolder holding '
+                                          '.txt files'),
+                       (tmp_path / 'missing', f'--corpus={tmp_path}/missing is not a folder')):
+    with pytest.raises(UsageError) as refused:
+      study.held_out_split(str(bad), 3 if bad == corpus else 2)
+    assert str(refused.value).startswith(message), refused.value
+
+
+def test_the_shared_corpus_holds_out_the_files_every_documented_study_held_out():
+  real_file(CORPUS / 'MANIFEST.tsv')
+  evaluation = load_study().held_out_split(str(CORPUS), 2)[1]
+  recorded = json.loads((REPO / 'docs' / 'transfer_study' / 'split_results.json').read_text())
+  assert load_report().corpus_relative(evaluation) == load_report().corpus_relative(
+      recorded['held_out_files']) == [
+          'enwiki/AC_wiki_18.txt', 'enwiki/AC_wiki_36.txt',
+          'gutenberg/doyle--the-firm-of-girdlestone.txt',
+          'gutenberg/tolstoy--a-russian-proprietor-and-other-stories.txt']
