@@ -35,9 +35,7 @@ less than the parts' sum.
 """
 
 import argparse
-import glob
 import os
-import random
 import sys
 import time
 
@@ -46,6 +44,7 @@ import ml_collections
 from ml_collections import config_flags
 
 import finetune_glue
+import study_corpus
 import study_parts
 import transfer_report
 from electra_jax.core import config as config_lib, flops, run_lock
@@ -150,36 +149,6 @@ def resolve_config(config_flags_list: list[str]) -> ml_collections.ConfigDict:
   return values.config
 
 
-def corpus_folders(corpus: str) -> list[str]:
-  """The sources of a corpus: its subfolders that hold .txt files, in name order."""
-  if not os.path.isdir(corpus):
-    raise UsageError(f'--corpus={corpus} is not a folder; pass a folder whose subfolders hold '
-                     'the .txt files, one source each (e.g. gutenberg/ and enwiki/)')
-  folders = sorted(name for name in os.listdir(corpus)
-                   if glob.glob(os.path.join(corpus, name, '*.txt')))
-  if not folders:
-    raise UsageError(f'--corpus={corpus} has no subfolder holding .txt files; the study reads '
-                     'each subfolder as one source (e.g. gutenberg/*.txt and enwiki/*.txt), '
-                     'in any format the reader detects')
-  return folders
-
-
-def held_out_split(corpus: str, held_out: int) -> tuple[list[str], list[str]]:
-  """(training files, evaluation files): `held_out` files of each source folder drawn with seed
-  0, so every source is evaluated and none is left out of training."""
-  train, evaluation = [], []
-  for folder in corpus_folders(corpus):
-    files = sorted(glob.glob(os.path.join(corpus, folder, '*.txt')))
-    if len(files) <= held_out:
-      raise UsageError(f'{os.path.join(corpus, folder)} holds {len(files)} .txt files; the study '
-                       f'needs more than --held_out={held_out} of each source folder (split the '
-                       'text into more files, or lower --held_out)')
-    chosen = set(random.Random(0).sample(files, held_out))
-    evaluation += sorted(chosen)
-    train += [f for f in files if f not in chosen]
-  return train, evaluation
-
-
 def roots(args) -> dict[str, str]:
   """The folders a part's command names by role in its record (study_parts.by_role): the study's
   own, the repository, the corpus and GLUE. What a part computes is compared, not where: a study
@@ -228,7 +197,7 @@ def plan_pretraining(args, data_dir: str) -> dict[str, dict]:
 
 
 def prepare_data(args, state: dict, data_dir: str):
-  train, evaluation = held_out_split(args.corpus, args.held_out)
+  train, evaluation = study_corpus.held_out_split(args.corpus, args.held_out)
   command = [sys.executable, '-m', 'electra_jax.prepare', f'--out={data_dir}',
              *config_file_flags(args),
              f'--config.data.train_files={",".join(train)}',
@@ -391,7 +360,7 @@ def run_study(args, state: dict) -> dict:
   if args.beside:  # before anything runs: a study whose scores could not be compared is wasted
     transfer_report.read_beside(
         args.beside, vars(args), plan['electra']['steps'] * plan['electra']['flops_per_step'],
-        held_out_split(args.corpus, args.held_out)[1])
+        study_corpus.held_out_split(args.corpus, args.held_out)[1])
   parts = {}
   if 'pretrain' in args.parts:
     prepare_data(args, state, data_dir)

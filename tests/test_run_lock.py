@@ -1,6 +1,7 @@
 """electra_jax/core/run_lock.py: one process at a time in a run's directory, released however the
 process ends."""
 
+import importlib
 import os
 import signal
 import subprocess
@@ -67,3 +68,13 @@ def test_an_object_store_directory_is_not_locked():
   with run_lock.only_run_in('gs://bucket/run', 'pretraining run'):
     with run_lock.only_run_in('gs://bucket/run', 'pretraining run'):
       pass
+
+
+@pytest.mark.parametrize('family', ['train', 'squad_run', 'chunk_run'])
+def test_every_fine_tuning_family_holds_its_workdir(family, tmp_path):
+  fine_tune = importlib.import_module(f'electra_jax.finetune.{family}').fine_tune
+  (tmp_path / 'config.json').write_text('{}')
+  with run_lock.only_run_in(str(tmp_path), 'fine-tuning run'):  # as a run there does
+    with pytest.raises(UsageError, match=f'{tmp_path} is in use by another fine-tuning run'):
+      fine_tune(None, str(tmp_path))  # refused before the config is read
+  assert os.listdir(tmp_path) == ['config.json']

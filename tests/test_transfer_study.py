@@ -202,7 +202,7 @@ def test_a_study_beside_joins_the_table5_comparison_only_with_the_same_settings(
                            f'--config={REPO / "configs" / "mini.py"}'])
   plan = study.plan_pretraining(args, str(tmp_path / 'data'))
   budget = plan['electra']['steps'] * plan['electra']['flops_per_step']
-  held_out = study.held_out_split(args.corpus, args.held_out)[1]
+  held_out = load_benchmark('study_corpus').held_out_split(args.corpus, args.held_out)[1]
   other = report.read_beside(str(committed), vars(args), budget, held_out)
   assert set(other['plan']) == {'electra', 'mlm'}
 
@@ -480,7 +480,7 @@ def test_a_second_study_in_the_same_out_is_refused_while_the_first_runs(tmp_path
 
 
 def test_each_subfolder_of_the_corpus_is_a_source_with_its_own_held_out_files(tmp_path):
-  study = load_study()
+  study = load_benchmark('study_corpus')
   corpus = tmp_path / 'corpus'
   for folder, count in (('news', 4), ('books', 3), ('forum', 5)):
     (corpus / folder).mkdir(parents=True)
@@ -506,7 +506,7 @@ def test_each_subfolder_of_the_corpus_is_a_source_with_its_own_held_out_files(tm
 
 def test_the_shared_corpus_holds_out_the_files_every_documented_study_held_out():
   real_file(CORPUS / 'MANIFEST.tsv')
-  evaluation = load_study().held_out_split(str(CORPUS), 2)[1]
+  evaluation = load_benchmark('study_corpus').held_out_split(str(CORPUS), 2)[1]
   recorded = json.loads((REPO / 'docs' / 'transfer_study' / 'split_results.json').read_text())
   assert load_report().corpus_relative(evaluation) == load_report().corpus_relative(
       recorded['held_out_files']) == [

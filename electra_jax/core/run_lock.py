@@ -13,6 +13,7 @@ An object store (a gs:// workdir) has no such lock; nothing guards a run there.
 
 import contextlib
 import fcntl
+import functools
 import os
 
 from absl import logging
@@ -50,3 +51,16 @@ def only_run_in(directory: str, what: str, create: bool = False):
     os.close(fd)  # releases the lock
     if created and os.path.isdir(directory) and not os.listdir(directory):
       os.rmdir(directory)
+
+
+def one_run_per_workdir(what: str):
+  """Decorates run(config, workdir): the whole call holds `workdir` (made if missing) as
+  only_run_in does, so a second process running there at the same time is refused before it
+  writes anything."""
+  def decorate(run):
+    @functools.wraps(run)
+    def holding_workdir(config, workdir):
+      with only_run_in(workdir, what, create=True):
+        return run(config, workdir)
+    return holding_workdir
+  return decorate

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from electra_jax.core import run_lock
 from electra_jax.core.errors import UsageError
 from electra_jax.finetune import chunk_data, chunk_metrics, cpu_threefry, init, optim
 from electra_jax.finetune import model as model_lib, settings, train
@@ -48,7 +49,7 @@ def predict_fn(params, batch, *, model):
   return jnp.argmax(logits, axis=-1).astype(jnp.int32)
 
 
-@train.one_run_per_workdir
+@run_lock.one_run_per_workdir('fine-tuning run')
 @cpu_threefry.in_line_on_cpu()  # the same dropout masks, for less CPU time
 def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Fine-tunes every seed of `config` on CoNLL-2000; writes DIR/results.json and predictions."""

@@ -17,6 +17,7 @@ from absl import logging
 import jax
 import ml_collections
 
+from electra_jax.core import run_lock
 from electra_jax.core.errors import UsageError
 from electra_jax.finetune import cpu_threefry, init, optim, qa_model, settings
 from electra_jax.finetune import squad_data, squad_features, squad_metrics, squad_predict
@@ -87,7 +88,7 @@ def output_files(task: QATask, found: squad_predict.Answers, threshold: float) -
   return files
 
 
-@train.one_run_per_workdir
+@run_lock.one_run_per_workdir('fine-tuning run')
 @cpu_threefry.in_line_on_cpu()  # the same dropout masks, for less CPU time
 def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Fine-tunes every seed of `config` on its SQuAD task; writes DIR/results.json and answers."""

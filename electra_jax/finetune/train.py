@@ -314,16 +314,6 @@ RERUN_MAY_CHANGE = ('seeds', 'log_every', 'save_every', 'predict_test', 'eval_ba
                     'on_nonfinite', 'max_consecutive_skips')
 
 
-def one_run_per_workdir(fine_tune_fn):
-  """Decorates fine_tune(config, workdir): a second process fine-tuning in the same workdir at
-  the same time (which would train and save the same seeds twice) is refused before it writes."""
-  @functools.wraps(fine_tune_fn)
-  def holding_workdir(config, workdir):
-    with run_lock.only_run_in(workdir, 'fine-tuning run', create=True):
-      return fine_tune_fn(config, workdir)
-  return holding_workdir
-
-
 def prepare_workdir(config, workdir: str):
   """Creates DIR and writes the resolved config, refusing a DIR whose seed checkpoints were
   trained with another recipe: resuming them would mix two runs."""
@@ -351,7 +341,7 @@ def prepare_workdir(config, workdir: str):
   config_lib.save_config(config, workdir)
 
 
-@one_run_per_workdir
+@run_lock.one_run_per_workdir('fine-tuning run')
 @cpu_threefry.in_line_on_cpu()  # the same dropout masks, for less CPU time
 def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Fine-tunes every seed of `config` on its task; writes DIR/results.json and submissions."""
