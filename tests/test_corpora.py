@@ -67,13 +67,17 @@ def test_formats_are_detected_from_the_first_bytes_and_logged(corpus, tmp_path, 
   header_only = tmp_path / 'header.txt.gz'
   with gzip.open(header_only, 'wt') as f:
     f.write('\ufeff\r\nThe Project Gutenberg EBook of Nothing\r\n')
+  cut = tmp_path / 'cut.raw'  # WikiText cut mid-article: it opens with a paragraph
+  cut.write_text(''.join((WIKITEXT / 'wiki.valid.raw').read_text().splitlines(True)[3:]))
   cases = {BOOKS[0]: 'gutenberg', SHARD: 'wikiextractor', WIKITEXT / 'wiki.valid.raw': 'wikitext',
-           plain: 'lines', header_only: 'gutenberg'}
+           cut: 'wikitext', plain: 'lines', header_only: 'gutenberg'}
   with caplog.at_level(logging.INFO):
     for path, expected in cases.items():
       assert formats.file_format(str(path), 'auto') == expected
       assert formats.file_format(str(path), 'lines') == 'lines'  # Declared: no detection.
   assert f"text format of '{plain}': lines (auto:" in caplog.text
+  assert (f"text format of '{cut}': wikitext (auto: holds ' = Title = ' or ' = = Section = = ' "
+          'lines)') in caplog.text
   assert (f"text format of '{header_only}': gutenberg (auto: opens with a Project Gutenberg "
           'header)') in caplog.text  # Once per file: a file read earlier was logged then.
 

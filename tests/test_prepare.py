@@ -5,6 +5,7 @@ The end-to-end test builds a real TFDS dataset from ../shared/data, prepares it 
 """
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, WIKITEXT, load_config, real_file, tree_digest
+from electra_jax.core import run_lock
 from electra_jax.training import batches as batches_lib, train
 from electra_jax.data import packing, pipeline, preparation, prepared_dir, sources, store
 from electra_jax.data import vocab as vocab_lib
@@ -177,6 +179,40 @@ def test_prepare_trains_a_lowercase_vocab_and_refuses_one_over_cased_data(tmp_pa
   with pytest.raises(UsageError, match='is a cased vocabulary'):
     prepared_dir.prepare_dataset(config, str(tmp_path / 'cased'))
   assert tree_digest(tmp_path / 'cased') == before
+  # A second preparation into an --out that one is writing is refused before it stages anything.
+  with run_lock.only_run_in(str(tmp_path / 'cased'), 'preparation'):  # as a preparation does
+    with pytest.raises(UsageError, match=f'{tmp_path / "cased"} is in use by another preparation'):
+      prepared_dir.prepare_dataset(config, str(tmp_path / 'cased'), overwrite=True)
+  assert tree_digest(tmp_path / 'cased') == before
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['cased', 'lowercase']
+
+
+def test_packing_original_that_drops_much_of_the_text_says_so_and_fill_does_not(
+    tmp_path, caplog):
+  # WikiText read as 'lines': a paragraph per line, a blank line between paragraphs, so each
+  # paragraph is a document and a line longer than an example loses its tail.
+  config = load_config('tiny')
+  config.max_seq_length, config.model.vocab_size = 64, 400
+  config.data.update(train_files=str(real_file(WIKI_PART)), vocab_sample_sentences=2000,
+                     prepare_workers=1, text_format='lines')
+  with caplog.at_level(logging.WARNING):
+    counts = prepared_dir.prepare_dataset(config, str(tmp_path / 'original'))['train']['counts']
+  assert counts['kept_fraction'] < 0.9
+  warned = [r.getMessage() for r in caplog.records if 'kept only' in r.getMessage()]
+  assert warned == [
+      f"train: packing 'original' kept only {100 * counts['kept_fraction']:.1f}% of the tokens, "
+      f"and {100 * counts['padding_fraction']:.1f}% of the slots are padding (1 of 1 units are "
+      "packed 'original': data.packing 'auto' does so for 'lines' text, .jsonl and TFDS). It "
+      'drops the rest of the line that overflows each example and pads the end of every '
+      'document, which costs most when documents are short (a blank line between paragraphs) or '
+      'lines long (lines are not cut into sentences). --config.data.packing=fill keeps that '
+      "text; 'original' makes the original's examples exactly"]
+  caplog.clear()
+  config.data.packing = 'fill'  # what the warning offers: the text is kept, nothing is said
+  with caplog.at_level(logging.WARNING):
+    counts = prepared_dir.prepare_dataset(config, str(tmp_path / 'fill'))['train']['counts']
+  assert counts['kept_fraction'] > 0.97 and counts['padding_fraction'] < 0.03
+  assert not [r for r in caplog.records if 'kept only' in r.getMessage()]
 
 
 def test_mixture_batches_hold_fixed_shares_of_each_source(vocab, tmp_path, wikitext):

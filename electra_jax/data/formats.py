@@ -11,7 +11,7 @@
                  lines (' = = Section = = ') are not text; one paragraph per line
 
 In the last three, paragraphs are cut into sentences (sentences.py) and control characters
-become spaces. 'auto' tells them apart by a file's first bytes and logs what it found per file.
+become spaces. 'auto' tells them apart by a file's first 8 KB and logs what it found per file.
 Big files are cut into byte ranges at document starts, so several workers can read one file;
 a book is one range.
 
@@ -236,6 +236,9 @@ def _detect(path: str) -> tuple[str, str]:
     return 'wikitext', "opens with a ' = Title = ' line"
   if 'project gutenberg' in first.lower() or any(_START.match(line) for line in lines):
     return 'gutenberg', 'opens with a Project Gutenberg header'
+  # A part of a WikiText file cut mid-article opens with a paragraph; its headings still show.
+  if any(_is_wikitext_title(line) or _is_wikitext_heading(line) for line in lines):
+    return 'wikitext', "holds ' = Title = ' or ' = = Section = = ' lines"
   return 'lines', 'no other format recognized'
 
 

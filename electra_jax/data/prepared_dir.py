@@ -7,8 +7,9 @@ directly (importing the command-line module would define its absl flags a second
 import os
 import shutil
 
-from electra_jax.data import preparation, sources as sources_lib, store, vocab as vocab_lib
+from electra_jax.core import run_lock
 from electra_jax.core.errors import UsageError
+from electra_jax.data import preparation, sources as sources_lib, store, vocab as vocab_lib
 
 SPLITS = ('train', 'eval')
 # A vocabulary's files: sentencepiece's model and its piece list, or a WordPiece vocab.txt.
@@ -71,15 +72,18 @@ def prepare_dataset(config, out: str, *, overwrite: bool = False) -> dict[str, d
   if specs['train'] is None:
     raise UsageError('no training data to prepare: pass --config.data.sources=... or '
                      '--config.data.train_files=PATH_OR_GLOB')
-  os.makedirs(out, exist_ok=True)
-  stage = f'{os.path.normpath(out)}.incomplete{os.getpid()}'
-  shutil.rmtree(stage, ignore_errors=True)
-  os.makedirs(stage)
-  try:
-    manifests = _prepare_into(config, out, stage, specs, overwrite)
-    _move_into_place(stage, out)
-  finally:
+  # Held throughout: two preparations into one `out` would each move their own vocabulary and
+  # splits in at the end, and finishing interleaved could pair one's vocabulary with the
+  # other's examples.
+  with run_lock.only_run_in(out, 'preparation', create=True):
+    stage = f'{os.path.normpath(out)}.incomplete{os.getpid()}'
     shutil.rmtree(stage, ignore_errors=True)
+    os.makedirs(stage)
+    try:
+      manifests = _prepare_into(config, out, stage, specs, overwrite)
+      _move_into_place(stage, out)
+    finally:
+      shutil.rmtree(stage, ignore_errors=True)
   return manifests
 
 
