@@ -26,6 +26,15 @@ SHARED_DATA = REPO.parent / 'shared' / 'data'
 WIKITEXT = SHARED_DATA / 'wikitext-2-raw'
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+  """-n auto (pytest.ini): a worker per usable core, at most four, since each worker holds
+  its own JAX, torch and transformers, and the tests it runs start processes of their own."""
+  del config
+  cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
+  return min(cores or 1, 4)
+
+
 @pytest.fixture(scope='session')
 def wikitext():
   if not WIKITEXT.is_dir():
