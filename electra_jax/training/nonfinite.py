@@ -33,7 +33,13 @@ MODES = ('stop', 'skip')
 def all_finite(*trees) -> jax.Array:
   """True (a device scalar) when no floating-point leaf of `trees` holds a NaN or an Inf."""
   leaves = [x for x in jax.tree.leaves(trees) if jnp.issubdtype(x.dtype, jnp.inexact)]
-  return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
+  flags = jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves])
+  # The smallest flag, found by a sort rather than jnp.all: XLA rewrites all() of stacked
+  # scalars into a chain of ands and then copies that chain into every select reading the
+  # result, one per parameter and optimizer leaf. In the tiny train step that made the program
+  # four times larger than it is now and its CPU compile twice as long (23 s against 12 s);
+  # base's TPU compile for v4-8 took 355 s against 308 s. A sort is never copied.
+  return jnp.sort(flags)[0]
 
 
 def guarded_update(optimizer: optax.GradientTransformation, grads, loss, params, opt_state):
