@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import REPO, load_config
+from conftest import REPO, compile_train_step, load_config
 from electra_jax import benchmark, objective
 from electra_jax.core import flops, layers, model as model_lib, optim
 from electra_jax.training import train
@@ -80,13 +80,8 @@ def test_flops_are_the_bulk_of_what_xla_counts(objective_name):
   """XLA's own count of the compiled step: our matmuls plus elementwise work and the optimizer."""
   config = hand_sized_config()
   config.objective = objective_name
-  mesh = train.make_mesh(jax.devices()[:1])
-  model, optimizer = train.make_model(config), optim.make_optimizer(config)
-  step, _, replicated, batch_sharding = train.compile_steps(config, model, optimizer, mesh)
-  state = train.abstract_train_state(config, model, optimizer, replicated)
-  batch = {k: jax.ShapeDtypeStruct((8, 32), jnp.int32, sharding=batch_sharding)
-           for k in ('input_ids', 'segment_ids')}
-  cost = step.lower(state, batch, jax.random.PRNGKey(0)).compile().cost_analysis()
+  compiled, _ = compile_train_step(config)
+  cost = compiled.cost_analysis()
   cost = cost[0] if isinstance(cost, list) else cost
   ratio = cost['flops'] / flops.train_step_flops(config)
   print(f'XLA counts {cost["flops"]:.3e} FLOPs, {ratio:.2f}x ours')

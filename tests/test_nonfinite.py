@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from conftest import load_config
+from conftest import compile_train_step, load_config
 from electra_jax.training import checkpoint, train
 from electra_jax.core import cli, optim
 from electra_jax.data import pipeline, prepared_dir
@@ -173,13 +173,7 @@ def test_the_finite_flag_is_computed_once_not_copied_into_every_update():
   twice as long. The flag must be computed once."""
   config = load_config('tiny')
   config.batch_size, config.max_seq_length, config.model.vocab_size = 16, 64, 1000
-  mesh = train.make_mesh(jax.devices()[:1])
-  model, optimizer = train.make_model(config), optim.make_optimizer(config)
-  step, _, replicated, batch_sharding = train.compile_steps(config, model, optimizer, mesh)
-  state = train.abstract_train_state(config, model, optimizer, replicated)
-  batch = {name: jax.ShapeDtypeStruct((16, 64), jnp.int32, sharding=batch_sharding)
-           for name in ('input_ids', 'segment_ids')}
-  rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)
-  program = step.lower(state, batch, rng).compile().as_text()
+  compiled, state = compile_train_step(config)
+  program = compiled.as_text()
   leaves = len(jax.tree.leaves((state.params, state.opt_state)))
   assert program.count(' and(') < 2 * leaves, (program.count(' and('), leaves)
