@@ -28,11 +28,13 @@ WIKITEXT = SHARED_DATA / 'wikitext-2-raw'
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config):
-  """-n auto (pytest.ini): a worker per usable core, at most four, since each worker holds
-  its own JAX, torch and transformers, and the tests it runs start processes of their own."""
+  """-n auto (pytest.ini): a worker per usable core, at most four and one per 6 GB of memory,
+  since each worker holds its own JAX, torch and transformers (one held 5.3 GB midway through
+  the suite on a 2-core machine) and its tests start processes of their own."""
   del config
   cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
-  return min(cores or 1, 4)
+  memory = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+  return max(1, min(cores or 1, 4, memory // (6 << 30)))
 
 
 @pytest.fixture(scope='session')
