@@ -26,8 +26,8 @@ setup(
         'bench': ['matplotlib>=3.7'],
         # Test-only: the suite (in parallel processes: pytest-xdist, see pytest.ini), and scipy
         # for float64 references of erf and friends (and, with scikit-learn, of the GLUE
-        # metrics); torch (CPU) and transformers check the Hugging
-        # Face export and import; nbconvert and ipykernel execute launch/colab.ipynb; matplotlib
+        # metrics); torch (CPU) and transformers check the Hugging Face export and import;
+        # nbconvert and ipykernel execute launch/colab.ipynb; matplotlib
         # draws the transfer study's plots in its smoke test; libtpu (JAX's TPU backend, matched
         # to the installed jax by the jax[tpu] extra) lets tests/test_aot.py compile the train
         # step for a TPU slice on a CPU host. The CPU tests still run on the CPU: conftest sets
