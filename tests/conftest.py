@@ -30,11 +30,16 @@ WIKITEXT = SHARED_DATA / 'wikitext-2-raw'
 def pytest_xdist_auto_num_workers(config):
   """-n auto (pytest.ini): a worker per usable core, at most four and one per 6 GB of memory,
   since each worker holds its own JAX, torch and transformers (one held 5.3 GB midway through
-  the suite on a 2-core machine) and its tests start processes of their own."""
-  del config
+  the suite on a 2-core machine) and its tests start processes of their own. Where the command
+  names test files only, no more workers than files (each file runs whole in one), and none for
+  one file: a worker costs a few seconds to start and would have nothing to share."""
   cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
   memory = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
-  return max(1, min(cores or 1, 4, memory // (6 << 30)))
+  workers = max(1, min(cores or 1, 4, memory // (6 << 30)))
+  named = {arg.split('::')[0] for arg in config.args}
+  if named and all(Path(path).is_file() for path in named):
+    workers = min(workers, len(named))
+  return 0 if workers == 1 else workers
 
 
 @pytest.fixture(scope='session')

@@ -11,6 +11,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -153,6 +154,20 @@ def test_readme_is_short_and_keeps_the_install_and_test_commands():
   # .ci/run runs these two; the README is where a user reads them.
   assert "pip install -e '.[test]'" in text
   assert '```bash\npython -m pytest -q\n```' in text
+
+
+def test_the_suite_starts_a_worker_per_test_file_at_most_and_none_for_one():
+  from conftest import pytest_xdist_auto_num_workers as workers_for  # pylint: disable=g-import-not-at-top
+  workers = lambda *args: workers_for(types.SimpleNamespace(args=[str(a) for a in args]))
+  tests = ROOT / 'tests'
+  whole = workers(tests)  # what the README's command gets: as the machine allows
+  assert whole == 0 or 2 <= whole <= 4
+  assert workers(tests / 'test_docs.py') == 0
+  assert workers(f"{tests / 'test_docs.py'}::test_slug_follows_githubs_rules",
+                 f"{tests / 'test_docs.py'}::test_commands_are_found_in_prose_and_code") == 0
+  two = workers(tests / 'test_docs.py', tests / 'test_run_lock.py')
+  assert two == (2 if whole else 0)
+  assert workers(tests, tests / 'test_docs.py') == whole  # a folder: its files are not counted
 
 
 def test_every_page_is_linked_from_the_readme():
