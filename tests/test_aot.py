@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from conftest import REPO, load_config
-from electra_jax.training import aot, compiled_program
+from electra_jax.training import aot, compiled_program, train
 from electra_jax import benchmark
 
 requires_libtpu = pytest.mark.skipif(
@@ -176,6 +176,34 @@ def test_data_parallel_step_all_reduces_the_gradient_once_and_gathers_no_paramet
               - (m.max_position_embeddings - 2 * length) * m.embedding_size + 3 * tokens)
   assert gradient['all_reduced_array_elements'] == expected
   assert gradient['all_reduced_scalars'] < 32  # the step's statistics
+
+
+@requires_libtpu
+def test_rbg_makes_every_chips_bits_on_each_chip_unless_libtpu_is_told_to_partition_them(
+    tiny_on_v4_8, caplog):
+  """What rbg_sharding_warning tells a run, compiled: without the flag each of the 4 chips draws
+  the whole batch's random words, 4 times its share; with it, its share. libtpu reads
+  LIBTPU_INIT_ARGS once, when it starts, so the flagged compile runs in a process of its own."""
+  assert tiny_on_v4_8['rng_bit_generator_elements_per_chip'] == 0  # threefry: arithmetic
+  config = small_tiny()
+  config.rng_impl = 'rbg'
+  with caplog.at_level('WARNING'):
+    whole = benchmark.compile_for_topology(config, 'v4-8', 'pretrain', search_batch=False)
+  assert "LIBTPU_INIT_ARGS='--xla_tpu_spmd_rng_bit_generator_unsafe=true'" in caplog.text
+  flagged = subprocess.run(
+      [sys.executable, '-m', 'electra_jax.benchmark', '--config=configs/tiny.py',
+       '--config.model.num_layers=1', f'--config.batch_size={config.batch_size}',
+       '--config.rng_impl=rbg', '--topology=v4-8', '--search_batch=false'],
+      cwd=REPO, capture_output=True, text=True, timeout=600,
+      env={**os.environ, 'LIBTPU_INIT_ARGS': train.RBG_PARTITION_FLAG})
+  assert flagged.returncode == 0, flagged.stderr[-2000:]
+  assert 'rng_impl=rbg on 4 TPU chips' not in flagged.stderr
+  share = json.loads(flagged.stdout.strip().splitlines()[-1])
+  words = share['rng_bit_generator_elements_per_chip']
+  # Hidden dropout alone draws a word per activation of the chip's 4 sequences.
+  assert words >= 4 * config.max_seq_length * config.model.hidden_size
+  assert whole['rng_bit_generator_elements_per_chip'] == 4 * words
+  assert whole['bytes_per_chip']['temporaries'] > share['bytes_per_chip']['temporaries']
 
 
 def test_command_line_refuses_an_unknown_slice():

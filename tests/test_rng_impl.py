@@ -79,3 +79,29 @@ def test_unknown_rng_impl_and_a_switch_on_resume_are_refused(tmp_path):
   with pytest.raises(UsageError, match="rng_impl 'threefry2x32', not 'rbg'"):
     config_lib.check_workdir_config(hand_sized('rbg'), str(tmp_path))
   config_lib.check_workdir_config(hand_sized(), str(tmp_path))  # the same impl resumes
+
+
+def test_rbg_on_several_tpu_chips_is_told_how_to_draw_only_each_chips_share():
+  warn = lambda config, platform='tpu', chips=4, args='': train.rbg_sharding_warning(
+      config, platform, chips, args)
+  threefry, rbg, unsafe = hand_sized(), hand_sized('rbg'), hand_sized('unsafe_rbg')
+  assert warn(threefry) is None
+  assert warn(rbg, platform='cpu') is None and warn(rbg, platform='gpu') is None
+  assert warn(rbg, chips=1) is None
+  told = warn(rbg, chips=16)
+  assert told.startswith('rng_impl=rbg on 16 TPU chips') and '16 times the bits it uses' in told
+  assert f"LIBTPU_INIT_ARGS='{train.RBG_PARTITION_FLAG}'" in told
+  assert 'rng_impl=unsafe_rbg on 4 TPU chips' in warn(unsafe)
+  for partitioned in (train.RBG_PARTITION_FLAG, '--xla_tpu_spmd_rng_bit_generator_unsafe=1',
+                      '--foo=1 --xla_tpu_spmd_rng_bit_generator_unsafe',
+                      '--xla_tpu_spmd_rng_bit_generator_unsafe=false '
+                      '--xla_tpu_spmd_rng_bit_generator_unsafe=true'):
+    assert warn(rbg, args=partitioned) is None, partitioned
+  for not_partitioned in ('--xla_tpu_spmd_rng_bit_generator_unsafe=false',
+                          '--xla_tpu_spmd_rng_bit_generator_unsafe=true '
+                          '--xla_tpu_spmd_rng_bit_generator_unsafe=0'):
+    assert 'times the bits it uses' in warn(rbg, args=not_partitioned), not_partitioned
+  rbg.remat = True
+  remat = warn(rbg, args=train.RBG_PARTITION_FLAG)
+  assert remat.startswith(f'rng_impl=rbg with {train.RBG_PARTITION_FLAG} and remat')
+  assert 'times the bits' in warn(rbg)  # without the flag, the first thing to tell

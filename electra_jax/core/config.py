@@ -25,15 +25,21 @@ def default_config() -> ml_collections.ConfigDict:
   # default), 'rbg' or 'unsafe_rbg'. Threefry is a counter-based hash in ordinary integer ops:
   # with sharded arrays every device computes exactly its share of the same bits, so a run's
   # numbers do not depend on the device count or the backend (tests/test_train.py: 4 devices
-  # against 1). But it is many integer ops per 32 random bits, slow on TPUs. 'rbg' draws bits
+  # against 1). But it is many integer ops per 32 random bits. 'rbg' draws bits
   # with XLA's RngBitGenerator, which TPUs compute in hardware (MaxText uses it for dropout).
   # Trade-offs (jax.random's module doc has the table): rbg's bits are another stream, and differ
   # between CPU, GPU and TPU; under vmap over keys (the per-sequence sampling keys) the whole
   # batch is drawn from the first key. By default rbg stays identical across shardings (on CPU
   # 4 devices reproduce 1: tests/test_rng_impl.py) because each device generates the whole
-  # global array and keeps its slice: work that grows with the device count. XLA_FLAGS=
-  # --xla_tpu_spmd_rng_bit_generator_unsafe=1 makes TPUs generate only their shard, and then
-  # results depend on the device count. 'unsafe_rbg' also derives split/fold_in keys cheaply,
+  # global array and keeps its slice: work that grows with the device count (small compiled
+  # for a v4-8: 4x the words, temporaries 0.78 GB per chip under threefry, 1.53 GB under rbg).
+  # LIBTPU_INIT_ARGS=--xla_tpu_spmd_rng_bit_generator_unsafe=true makes TPUs generate only their
+  # shard (1.05 GB), and then results depend on the device count; XLA_FLAGS does not know that
+  # flag and stops the process. A run warns when it would pay for the whole batch
+  # (train.rbg_sharding_warning). Even partitioned, XLA's cost model puts rbg behind threefry
+  # (15.6 against 12.8 GB of HBM traffic per step): RngBitGenerator's words go through memory,
+  # threefry's are made where they are used; whether a TPU runs rbg faster is not measured
+  # (docs/performance.md). 'unsafe_rbg' also derives split/fold_in keys cheaply,
   # with weaker guarantees that the streams are independent. On a CPU rbg is only ~20% cheaper
   # (docs/performance.md). A run resumes only under the rng_impl it was saved with (the key's shape
   # differs: 2 words for threefry, 4 for rbg), which check_workdir_config enforces.

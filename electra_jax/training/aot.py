@@ -10,9 +10,11 @@ functions: same model, objective, optimizer, shardings, donation, dtype, remat a
 accumulation. Only the inputs are abstract (shapes, dtypes and shardings).
 """
 
+import os
 import time
 from typing import NamedTuple
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -20,7 +22,7 @@ import ml_collections
 from electra_jax.core import flops, optim
 from electra_jax.training import train
 from electra_jax.training.compiled_program import (collective_summary, collectives, cost, memory,
-                                                   tree_bytes)
+                                                   random_bit_elements, tree_bytes)
 from electra_jax.core.errors import UsageError
 
 GIB = 1 << 30
@@ -269,6 +271,7 @@ def analyse(compiled, seconds: float, state, data, model_flops: float, sliced: S
   mem = {'params': tree_bytes(state.params), 'optimizer_state': tree_bytes(state.opt_state),
          'batch': tree_bytes(data), **mem}
   xla = cost(compiled)
+  text = compiled.as_text()
   model_per_chip = model_flops / chips
   return {
       'compile_s': round(seconds, 2),
@@ -277,7 +280,10 @@ def analyse(compiled, seconds: float, state, data, model_flops: float, sliced: S
                          'xla_over_model': xla['flops'] / model_per_chip if model_per_chip else None},
       'hbm_bytes_accessed_per_chip': xla['bytes_accessed'],
       'roofline': roofline(xla, model_per_chip, sliced.chip),
-      'collectives': collective_summary(collectives(compiled.as_text()), state.params),
+      'collectives': collective_summary(collectives(text), state.params),
+      # rng_impl=rbg's random words per chip (0 under threefry); the whole batch's on every
+      # chip unless libtpu partitions them (train.rbg_sharding_warning).
+      'rng_bit_generator_elements_per_chip': random_bit_elements(text),
   }
 
 
@@ -298,6 +304,9 @@ def pretrain_report(config: ml_collections.ConfigDict, sliced: Slice,
             'batch_size': config.batch_size, 'per_chip_batch': config.batch_size / chips,
             'max_seq_length': config.max_seq_length, 'remat': config.remat,
             'grad_accum_steps': config.grad_accum_steps, 'rng_impl': config.get('rng_impl')}
+  if warning := train.rbg_sharding_warning(config, sliced.devices[0].platform, chips,
+                                           os.environ.get('LIBTPU_INIT_ARGS', '')):
+    logging.warning(warning)
   compiled, mem, seconds, _, state, batch = compile_pretrain(config, sliced.devices,
                                                              sliced.chip.hbm_bytes)
   if compiled is None:

@@ -84,6 +84,15 @@ def collectives(hlo_text: str) -> list[dict]:
   return found
 
 
+def random_bit_elements(hlo_text: str) -> int:
+  """How many random words the XLA RngBitGenerator instructions of a compiled program make (per
+  device, once partitioned): rng_impl=rbg's bits. Threefry's are arithmetic and count 0 here."""
+  return sum(functools.reduce(lambda a, b: a * b, dims, 1)
+             for line in hlo_text.splitlines() if ' rng-bit-generator(' in line
+             for dtype, dims in _arrays(line.split(' rng-bit-generator(')[0].split('=', 1)[-1])
+             if dtype != 'u64')  # the generator's state, where the result shows it
+
+
 def collective_summary(found: list[dict], params) -> dict:
   """Counts and bytes per kind of collective, checked against data parallelism's one all-reduce.
 
