@@ -87,8 +87,13 @@ remote_train_command() {
   fi
   local extra=()
   read -r -a extra <<< "${EXTRA_FLAGS}" || true
-  remote_command bash "${REMOTE_CODE}/launch/remote_train.sh" start "${REMOTE_LOG}" \
-    "${flags[@]}" ${extra[@]+"${extra[@]}"}
+  local environment=()  # only what is set, so that the usual command reads as before
+  if [[ -n "${LIBTPU_INIT_ARGS:-}" ]]; then
+    environment=(env "LIBTPU_INIT_ARGS=${LIBTPU_INIT_ARGS}")
+  fi
+  remote_command ${environment[@]+"${environment[@]}"} bash \
+    "${REMOTE_CODE}/launch/remote_train.sh" start "${REMOTE_LOG}" "${flags[@]}" \
+    ${extra[@]+"${extra[@]}"}
 }
 
 # Refuses to touch Google Cloud while the setting named $1 still holds the placeholder $2 (or a

@@ -9,7 +9,8 @@
 #       --workdir), appending its output to LOG_FILE.
 #
 # Relative paths are taken from the home directory. Started again with the same --workdir, the
-# run resumes from its latest checkpoint.
+# run resumes from its latest checkpoint. LIBTPU_INIT_ARGS, where set, reaches the training
+# process (`start` hands it to the tmux session).
 set -euo pipefail
 
 # ---- Settings.
@@ -24,7 +25,13 @@ start() {
   fi
   local script
   script="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
-  tmux new-session -d -s "${SESSION}" -c "${HOME}" bash "${script}" run "$@"
+  # A tmux server already running would start the session in its own environment, not this one.
+  local environment=()
+  if [[ -n "${LIBTPU_INIT_ARGS:-}" ]]; then
+    environment=(-e "LIBTPU_INIT_ARGS=${LIBTPU_INIT_ARGS}")
+  fi
+  tmux new-session -d -s "${SESSION}" -c "${HOME}" ${environment[@]+"${environment[@]}"} \
+    bash "${script}" run "$@"
   echo "started on $(hostname) in tmux session '${SESSION}'; log: ~/$1"
 }
 
@@ -35,7 +42,9 @@ run() {
   mkdir -p "$(dirname "${log}")"
   # shellcheck source=/dev/null
   source "${VENV_DIR}/bin/activate"
-  echo "$(date -u '+%F %T') $(hostname): python -m electra_jax.main $*" | tee -a "${log}"
+  echo "$(date -u '+%F %T') $(hostname):" \
+    "${LIBTPU_INIT_ARGS:+LIBTPU_INIT_ARGS=${LIBTPU_INIT_ARGS} }python -m electra_jax.main $*" \
+    | tee -a "${log}"
   local status=0
   python -m electra_jax.main "$@" 2>&1 | tee -a "${log}" || status=$?
   echo "$(date -u '+%F %T') $(hostname): electra_jax.main exited with status ${status}" \

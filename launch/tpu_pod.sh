@@ -49,6 +49,9 @@ TRAIN_FILES="${TRAIN_FILES:-data/corpus/*}"        # training text on each worke
 EVAL_FILES="${EVAL_FILES:-}"                       # evaluation text on each worker ('' = none)
 EXTRA_FLAGS="${EXTRA_FLAGS:-}"                     # more flags for electra_jax.main, space-separated,
                                                    # e.g. '--config.batch_size=1024'
+LIBTPU_INIT_ARGS="${LIBTPU_INIT_ARGS:-}"           # libtpu settings for the training processes, e.g.
+                                                   # '--xla_tpu_spmd_rng_bit_generator_unsafe=true'
+                                                   # with --config.rng_impl=rbg (docs/performance.md)
 LOCAL_RESULTS="${LOCAL_RESULTS:-results/${RUN_NAME}}"    # where `fetch` copies results, here
 REPO_URL="${REPO_URL:-}"                           # '' copies this checkout; a git URL is cloned instead
 DRY_RUN="${DRY_RUN:-0}"                            # 1: print the commands, run nothing

@@ -37,6 +37,9 @@ TRAIN_FILES="${TRAIN_FILES:-data/corpus/*}"        # training text on the VM (gl
 EVAL_FILES="${EVAL_FILES:-}"                       # evaluation text on the VM ('' = no evaluation)
 EXTRA_FLAGS="${EXTRA_FLAGS:-}"                     # more flags for electra_jax.main, space-separated,
                                                    # e.g. '--config.num_train_steps=20000'
+LIBTPU_INIT_ARGS="${LIBTPU_INIT_ARGS:-}"           # libtpu settings for the training processes, e.g.
+                                                   # '--xla_tpu_spmd_rng_bit_generator_unsafe=true'
+                                                   # with --config.rng_impl=rbg (docs/performance.md)
 RESULTS_URI="${RESULTS_URI:-${BUCKET}/runs/${RUN_NAME}}"  # where `save` copies the run
 LOCAL_RESULTS="${LOCAL_RESULTS:-results/${RUN_NAME}}"    # where `fetch` copies the run, here
 REPO_URL="${REPO_URL:-}"                           # '' copies this checkout; a git URL is cloned instead

@@ -19,7 +19,7 @@ NOTEBOOK = LAUNCH / 'colab.ipynb'
 SETTINGS = ('PROJECT', 'ZONE', 'TPU_NAME', 'QUEUED_RESOURCE', 'ACCELERATOR_TYPE', 'RUNTIME_VERSION',
             'SPOT', 'SCOPES', 'WAIT_SECONDS', 'BUCKET', 'CONFIG', 'RUN_NAME', 'WORKDIR',
             'DATA_SOURCE', 'TRAIN_FILES', 'EVAL_FILES', 'EXTRA_FLAGS', 'RESULTS_URI',
-            'LOCAL_RESULTS', 'REPO_URL', 'DRY_RUN')
+            'LOCAL_RESULTS', 'REPO_URL', 'DRY_RUN', 'LIBTPU_INIT_ARGS')
 
 
 def script_env(tmp_path, **settings):
@@ -128,6 +128,13 @@ def test_settings_come_from_the_environment(tmp_path):
   assert ('--config=electra_jax/configs/small.py --workdir=runs/small '
           '--config.data.train_files="data/corpus/*" --config.num_train_steps=1000 '
           '--config.batch_size=256') in result.stdout
+  assert 'LIBTPU_INIT_ARGS' not in result.stdout  # unset: the command reads as before
+  flag = '--xla_tpu_spmd_rng_bit_generator_unsafe=true'
+  for script in ('tpu_vm.sh', 'tpu_pod.sh'):  # libtpu's settings reach the training processes
+    told = run_script(script, '--dry-run', 'train', env={**env, 'LIBTPU_INIT_ARGS': flag})
+    assert told.returncode == 0, told.stderr
+    assert (f"--command='env LIBTPU_INIT_ARGS={flag} bash electra_jax/launch/remote_train.sh "
+            'start ') in told.stdout, told.stdout
 
 
 def test_placeholder_settings_are_refused_before_anything_runs(tmp_path):
@@ -218,7 +225,8 @@ def test_remote_train_runs_main_in_tmux_and_logs_its_exit_status(tmp_path):
   bin_dir = home / 'electra_venv' / 'bin'
   bin_dir.mkdir(parents=True)
   (bin_dir / 'activate').write_text(f'PATH="{bin_dir}:$PATH"\n')
-  (bin_dir / 'python').write_text('#!/bin/sh\necho "fake python got: $*"\nexit 3\n')
+  (bin_dir / 'python').write_text(
+      '#!/bin/sh\necho "fake python got: $* (libtpu: ${LIBTPU_INIT_ARGS:-none})"\nexit 3\n')
   (bin_dir / 'python').chmod(0o755)
   env = {'HOME': str(home), 'PATH': os.environ['PATH'], 'TMUX_TMPDIR': str(tmp_path)}
   script = str(LAUNCH / 'remote_train.sh')
@@ -228,8 +236,8 @@ def test_remote_train_runs_main_in_tmux_and_logs_its_exit_status(tmp_path):
                                '--config.data.train_files=data/*'], env=env, capture_output=True,
                               text=True, timeout=30, check=False)
   assert foreground.returncode == 3
-  assert 'fake python got: -m electra_jax.main --workdir=runs/x --config.data.train_files=data/*' \
-      in log.read_text()
+  assert ('fake python got: -m electra_jax.main --workdir=runs/x --config.data.train_files=data/* '
+          '(libtpu: none)') in log.read_text()
   assert 'exited with status 3' in log.read_text()
 
   log.unlink()
@@ -242,6 +250,26 @@ def test_remote_train_runs_main_in_tmux_and_logs_its_exit_status(tmp_path):
     while not (log.exists() and 'exited with status 3' in log.read_text()):
       assert time.monotonic() < deadline, 'the tmux session did not run the training command'
       time.sleep(0.2)
+    # Started again with libtpu settings while a tmux server runs (it keeps the environment it
+    # began with): they reach the training process.
+    log.unlink()
+    while subprocess.run(['tmux', 'has-session', '-t', 'electra'], env=env, capture_output=True,
+                         check=False).returncode == 0:  # the first session is ending
+      assert time.monotonic() < deadline + 20, 'the first tmux session did not end'
+      time.sleep(0.2)
+    subprocess.run(['tmux', 'new-session', '-d', '-s', 'other', 'sleep 60'], env=env, check=True)
+    flag = '--xla_tpu_spmd_rng_bit_generator_unsafe=true'
+    started = subprocess.run(['bash', script, 'start', 'runs/x/train.log', '--workdir=runs/x'],
+                             env={**env, 'LIBTPU_INIT_ARGS': flag}, capture_output=True,
+                             text=True, timeout=30, check=False)
+    assert started.returncode == 0, started.stderr
+    deadline = time.monotonic() + 20
+    while not (log.exists() and 'exited with status 3' in log.read_text()):
+      assert time.monotonic() < deadline, 'the tmux session did not run the training command'
+      time.sleep(0.2)
+    assert f'fake python got: -m electra_jax.main --workdir=runs/x (libtpu: {flag})' \
+        in log.read_text()
+    assert f'LIBTPU_INIT_ARGS={flag} python -m electra_jax.main' in log.read_text()
   finally:
     subprocess.run(['tmux', 'kill-server'], env=env, capture_output=True, check=False)
 
