@@ -12,7 +12,8 @@ DIR/<start>[-decay-<d>], --jobs at a time on their own cores (study_parts). Then
 DIR/sweep.json, DIR/sweep.md and DIR/sweep.png put, against pretraining FLOPs, the run's
 held-out discriminator AUC and MLM accuracy at each evaluation and each checkpoint's score per
 decay and seed, beside random init's. Running it again skips finished parts (also in a DIR
-moved elsewhere) and fine-tunes checkpoints saved since, so it can follow a run that is still
+moved elsewhere, and with RUN or GLUE moved: a run is known by its config.json, GLUE by the
+task's files) and fine-tunes checkpoints saved since, so it can follow a run that is still
 training. `--finetune_set FIELD=VALUE` (repeatable) gives every fine-tuning run one more setting of
 configs/finetune/glue.py, e.g. `pooling=mean` or `reinit=embeddings`, and keeps its runs
 beside those without (DIR/step-N-pooling=mean). An --out holds one sweep: another --run, --task,
@@ -21,6 +22,7 @@ anything runs (--seeds may change).
 """
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -117,21 +119,56 @@ def init_flags(args, step: int | None, decay: float) -> list[str]:
                                          finetune_glue.run_vocab(args.run)) + decay_flags
 
 
+def identities(args) -> dict:
+  """What --run and --glue_dir are, wherever they now are: the run's config.json (it moves with
+  the run, unchanged) and the task's files, by name and size."""
+  with open(os.path.join(args.run, 'config.json'), 'rb') as f:
+    run = hashlib.sha256(f.read()).hexdigest()
+  task_dir = os.path.join(args.glue_dir, args.task)
+  files = {name: os.path.getsize(os.path.join(task_dir, name))
+           for name in sorted(os.listdir(task_dir))} if os.path.isdir(task_dir) else {}
+  return {'run': run, 'glue_dir': files}
+
+
 def check_same_sweep(args, state: dict):
   """Refuses an --out that holds a sweep with other shared settings, before anything runs;
-  records this sweep's settings otherwise. Seeds may change, as finetune lets them."""
+  records this sweep's settings otherwise. Seeds may change, as finetune lets them. A run or
+  GLUE found elsewhere is the same one if it is what was recorded (identities)."""
   now = {name: getattr(args, name) for name in SHARED_SETTINGS}
   before = state.get('settings')
   report = os.path.join(args.out, 'sweep.json')
   if before is None and os.path.exists(report):  # a sweep from before settings were recorded
     with open(report) as f:
       before = json.load(f)
+  known, found = state.get('identities', {}), identities(args)
   changed = [f'{name}: {before[name]!r} there, {now[name]!r} now'
-             for name in SHARED_SETTINGS if before and name in before and before[name] != now[name]]
+             for name in SHARED_SETTINGS if before and name in before and before[name] != now[name]
+             and not (name in known and known[name] == found[name])]
   if changed:
     raise UsageError(f'--out={args.out} holds a sweep with other settings ({"; ".join(changed)}); '
                      'use another --out, or its settings to add to it. Nothing was changed')
-  state['settings'] = now
+  state['settings'], state['identities'] = now, found
+
+
+# The fine-tuning settings that name where the run and GLUE are: a folder begun with other values
+# (the run or GLUE has moved since) is refused by finetune, which would not mix two runs.
+PLACES = ('init_from', 'vocab', 'data_dir')
+
+
+def set_aside_if_begun_elsewhere(name: str, out: str, command: list[str]):
+  """Renames an unfinished part's folder whose config names the run or GLUE where they were
+  (the sweep found them the same, elsewhere), so that the part starts again; its files stay."""
+  saved_path = os.path.join(out, 'config.json')
+  if os.path.exists(os.path.join(out, 'results.json')) or not os.path.exists(saved_path):
+    return
+  with open(saved_path) as f:
+    saved = json.load(f)
+  flags = dict(arg[len('--config.'):].split('=', 1) for arg in command
+               if arg.startswith('--config.') and '=' in arg)
+  moved = [f'{field} {saved.get(field)!r}' for field in PLACES
+           if field in flags and saved.get(field) != flags[field]]
+  if moved:
+    study_parts.set_aside(name, out, f'was begun with {", ".join(moved)}', 'moved')
 
 
 def part_name(args, step: int | None, decay: float) -> str:
@@ -153,16 +190,18 @@ def fine_tune(args, state: dict, step: int | None, decay: float,
   if args.finetune_epochs:
     command.append(f'--config.num_epochs={args.finetune_epochs}')
   command += [f'--config.{setting}' for setting in args.finetune_set]
-  # The sweep's folder and the repository by role: a sweep moved to another folder, or run from
-  # another checkout or venv, finds its finished parts. The run and GLUE stay as they are: they
-  # are the sweep's settings, and check_same_sweep refuses others in the same --out.
-  roots = {'$OUT': args.out, '$REPO': finetune_glue.REPO}
+  # Every folder by role: a sweep moved to another folder, run from another checkout or venv, or
+  # given its run or GLUE in another place (check_same_sweep found them the same) finds its
+  # finished parts.
+  roots = {'$OUT': args.out, '$REPO': finetune_glue.REPO, '$RUN': args.run,
+           '$GLUE': args.glue_dir}
   if os.path.exists(os.path.join(out, 'results.json')) and \
       study_parts.same_command(state.get(name, {}).get('command'), command, roots):
     study_parts.skip(state, name)
     return
   with study_parts.STATE_LOCK:
     state.pop(name, None)  # a run with other settings: its time is not this one's
+  set_aside_if_begun_elsewhere(name, out, command)
   start = 'random init' if step is None else f'step {step:,}'
   decay_text = f'{decay:g}' if decay else "the recipe's"
   study_parts.run_part(args.out, state, name, command,

@@ -235,6 +235,16 @@ def committed_steps(workdir: str) -> list[int]:
   return sorted(int(n) for n in names if n.isdigit())
 
 
+def set_aside(name: str, out: str, why: str, suffix: str):
+  """Renames the part's folder `out` to out.<suffix> (or .<suffix>.1, ...), keeping its files,
+  and says `why` it could not be continued."""
+  aside, n = f'{out}.{suffix}', 1
+  while os.path.exists(aside):
+    aside, n = f'{out}.{suffix}.{n}', n + 1
+  os.rename(out, aside)
+  say(f'{name}: {out} {why}; it is now {aside}')
+
+
 def skip(state: dict, name: str, note: str = ''):
   seconds = state[name]['seconds']
   say(f'{name}: finished before ({format_duration(seconds)}{note}), skipped')

@@ -324,11 +324,7 @@ def set_aside_if_not_resumable(name: str, out: str, before: dict, step: int | No
     why, suffix = f'was begun where the study was before, {before["ran_in"]}', 'moved'
   else:
     return
-  aside, n = f'{out}.{suffix}', 1
-  while os.path.exists(aside):
-    aside, n = f'{out}.{suffix}.{n}', n + 1
-  os.rename(out, aside)
-  study_parts.say(f'{name}: {out} {why}; it is now {aside}')
+  study_parts.set_aside(name, out, why, suffix)
 
 
 def main(argv=None):

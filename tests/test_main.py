@@ -6,6 +6,7 @@ shrunk further so the whole file stays around a minute or two on two cores.
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -305,6 +306,37 @@ def test_checkpoint_sweep_fine_tunes_each_start_once_and_reports_against_flops(m
   again = sweep(f'--out={moved}', *small[:1], *small[2:], '--layer_decays=1')
   assert again.returncode == 0, again.stdout + again.stderr[-3000:]
   assert 'running' not in again.stdout and again.stdout.count('finished before') == 3, again.stdout
+
+  # The pretraining run and GLUE found elsewhere (copies: the run serves other tests) are known
+  # for what they are: the finished parts stay finished.
+  run_copy, glue_copy = tmp_path / 'run-elsewhere', tmp_path / 'glue-elsewhere'
+  shutil.copytree(mlm_run, run_copy)
+  shutil.copytree(glue / 'SST-2', glue_copy / 'SST-2')
+  elsewhere = [f'--run={run_copy}', f'--out={moved}', '--task=SST-2', f'--glue_dir={glue_copy}',
+               *small[4:], '--layer_decays=1']
+  found = sweep(*elsewhere)
+  assert found.returncode == 0, found.stdout + found.stderr[-3000:]
+  assert 'running' not in found.stdout and found.stdout.count('finished before') == 3, found.stdout
+  assert json.loads((moved / 'sweep.json').read_text())['run'] == str(run_copy)
+  # A part that had not finished names the run where it was: finetune would refuse to go on
+  # with it, so it is set aside, whole, and run again.
+  unfinished = moved / 'step-2-decay-1'
+  (unfinished / 'results.json').unlink()
+  kept = tree_digest(unfinished)
+  resumed = sweep(*elsewhere, '--steps=2', '--no-random_init')
+  assert resumed.returncode == 0, resumed.stdout + resumed.stderr[-3000:]
+  assert (f"step-2-decay-1: {unfinished} was begun with init_from '{mlm_run}', data_dir "
+          f"'{glue}'; it is now {unfinished}.moved") in resumed.stdout, resumed.stdout
+  assert 'step-2-decay-1: done in' in resumed.stdout
+  assert tree_digest(Path(f'{unfinished}.moved')) == kept
+  assert json.loads((unfinished / 'config.json').read_text())['init_from'] == str(run_copy)
+  # Another run (another seed) in another place is not the same run: refused, as before.
+  other = shutil.copytree(run_copy, tmp_path / 'other-run')
+  config = json.loads((other / 'config.json').read_text())
+  (other / 'config.json').write_text(json.dumps({**config, 'seed': config['seed'] + 1}))
+  refused = sweep(f'--run={other}', *elsewhere[1:])
+  assert refused.returncode != 0
+  assert f"(run: '{run_copy}' there, '{other}' now)" in refused.stderr.strip().splitlines()[-1]
 
 
 # ---- mistakes a user can make: one clear line, nothing already written damaged ----------------
