@@ -10,6 +10,7 @@ functions: same model, objective, optimizer, shardings, donation, dtype, remat a
 accumulation. Only the inputs are abstract (shapes, dtypes and shardings).
 """
 
+import glob
 import os
 import time
 from typing import NamedTuple
@@ -62,6 +63,20 @@ class Slice(NamedTuple):
   hosts: int
 
 
+def quiet_libtpu_without_a_tpu(name: str):
+  """Tells libtpu, about to start on a host with no TPU, what it would look for in vain.
+
+  Started to describe a slice, libtpu asks the host for its own accelerator type and workers;
+  on a host without a TPU it finds neither and prints five lines of errors (`E0000 ...
+  INVALID_ARGUMENT: ... unexpected worker hostname`), though the slice compiles the same. Values
+  set by the user, and hosts with TPU chips, are left alone.
+  """
+  if glob.glob('/dev/accel*') or glob.glob('/dev/vfio/[0-9]*'):  # a TPU VM's chips
+    return
+  os.environ.setdefault('TPU_ACCELERATOR_TYPE', name)
+  os.environ.setdefault('TPU_WORKER_HOSTNAMES', 'localhost')
+
+
 def slice_devices(name: str) -> Slice:
   """The compile-only devices of the TPU slice `name` (e.g. 'v4-8', 'v5litepod-16', 'v6e-8')."""
   generation, _, count = name.rpartition('-')
@@ -79,6 +94,7 @@ def slice_devices(name: str) -> Slice:
     per_host = (2, 2, 1)
   else:
     per_host = (2, 4, 1) if chips == 8 else (min(chips, 2), min(chips, 2), 1)
+  quiet_libtpu_without_a_tpu(name)
   from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
   try:
     topology = topologies.get_topology_desc(
