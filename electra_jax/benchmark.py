@@ -39,7 +39,7 @@ import numpy as np
 
 from electra_jax.core import cli, flops, optim, validation
 from electra_jax import objective
-from electra_jax.training import train
+from electra_jax.training import rng as rng_lib, train
 from electra_jax.core.layers import attention_kernel
 
 USAGE = ('python -m electra_jax.benchmark --config=configs/small.py [--config.batch_size=B '
@@ -200,7 +200,7 @@ def run(config: ml_collections.ConfigDict, steps: int, warmup: int = 3,
 
   def run_step(state, index):
     # As the training loop does it: the step's key is derived on the device, nothing is read back.
-    return step(state, batches[index % NUM_BATCHES], train.step_key(config, state.rng, index))
+    return step(state, batches[index % NUM_BATCHES], rng_lib.step_key(config, state.rng, index))
 
   start = time.perf_counter()
   state, stats = jax.block_until_ready(run_step(state, 0))

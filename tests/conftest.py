@@ -64,20 +64,11 @@ def load_config(name: str):
 
 def compile_train_step(config):
   """(the train step of `config` compiled ahead of time on one device for its batch shape, the
-  abstract train state it takes)."""
+  abstract train state it takes): aot.py's lowering, for this host's first device."""
   import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from electra_jax.core import optim  # pylint: disable=g-import-not-at-top
-  from electra_jax.training import train  # pylint: disable=g-import-not-at-top
-  mesh = train.make_mesh(jax.devices()[:1])
-  model, optimizer = train.make_model(config), optim.make_optimizer(config)
-  step, _, replicated, batch_sharding = train.compile_steps(config, model, optimizer, mesh)
-  state = train.abstract_train_state(config, model, optimizer, replicated)
-  batch = {name: jax.ShapeDtypeStruct((config.batch_size, config.max_seq_length), jnp.int32,
-                                      sharding=batch_sharding)
-           for name in ('input_ids', 'segment_ids')}
-  rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)
-  return step.lower(state, batch, rng).compile(), state
+  from electra_jax.training import aot  # pylint: disable=g-import-not-at-top
+  lowered, state, _ = aot.lower_pretrain_step(config, jax.devices()[:1])
+  return lowered.compile(), state
 
 
 def tree_digest(path):

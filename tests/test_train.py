@@ -8,12 +8,12 @@ from conftest import load_config
 from electra_jax.core import config as config_lib, model as model_lib, optim, validation
 from electra_jax.core.errors import UsageError
 from electra_jax.objective import masking
-from electra_jax.training import train
+from electra_jax.training import rng as rng_lib, train
 from test_objective import packed_like_sequences
 
 
 def run_steps(devices, config, batches):
-  """Steps as the training loop runs them: the step's key is train.step_key(state.rng, step)."""
+  """Steps as the training loop runs them: the step's key is rng_lib.step_key(state.rng, step)."""
   mesh = train.make_mesh(devices)
   model = train.make_model(config)
   optimizer = optim.make_optimizer(config)
@@ -22,7 +22,7 @@ def run_steps(devices, config, batches):
   losses = []
   for i, batch in enumerate(batches):
     batch = {k: jax.device_put(v, batch_sharding) for k, v in batch.items()}
-    state, stats = step(state, batch, train.step_key(config, state.rng, i))
+    state, stats = step(state, batch, rng_lib.step_key(config, state.rng, i))
     losses.append(float(stats['loss']))
   return np.array(losses), jax.device_get(state.params)
 
@@ -158,7 +158,7 @@ def test_temperature_schedule_samples_each_step_at_its_own_temperature():
       step, _, replicated, sharding = compiled[id(step_config)][1]
       state = state or train.create_train_state(step_config, model, optimizer, replicated)
       state, stats = step(state, {k: jax.device_put(v, sharding) for k, v in batch.items()},
-                          train.step_key(config, state.rng, i))
+                          rng_lib.step_key(config, state.rng, i))
       losses.append(float(stats['loss']))
     return np.array(losses), jax.device_get(state.params)
 
@@ -249,7 +249,7 @@ def test_checkpoint_saved_on_4_devices_restores_on_2_and_1(tmp_path):
     losses = []
     for i in range(start, 4):
       batch = {k: jax.device_put(v, batch_sharding) for k, v in batches[i].items()}
-      state, stats = step(state, batch, train.step_key(config, state.rng, i))
+      state, stats = step(state, batch, rng_lib.step_key(config, state.rng, i))
       losses.append(float(stats['loss']))
     return losses
 

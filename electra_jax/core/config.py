@@ -36,7 +36,7 @@ def default_config() -> ml_collections.ConfigDict:
   # LIBTPU_INIT_ARGS=--xla_tpu_spmd_rng_bit_generator_unsafe=true makes TPUs generate only their
   # shard (1.05 GB), and then results depend on the device count; XLA_FLAGS does not know that
   # flag and stops the process. A run warns when it would pay for the whole batch
-  # (train.rbg_sharding_warning). Even partitioned, XLA's cost model puts rbg behind threefry
+  # (training/rng.py). Even partitioned, XLA's cost model puts rbg behind threefry
   # (15.6 against 12.8 GB of HBM traffic per step): RngBitGenerator's words go through memory,
   # threefry's are made where they are used; whether a TPU runs rbg faster is not measured
   # (docs/performance.md). 'unsafe_rbg' also derives split/fold_in keys cheaply,

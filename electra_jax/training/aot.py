@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from electra_jax.core import flops, optim
-from electra_jax.training import train
+from electra_jax.training import rng as rng_lib, train
 from electra_jax.training.compiled_program import (collective_summary, collectives, cost, memory,
                                                    random_bit_elements, tree_bytes)
 from electra_jax.core.errors import UsageError
@@ -298,7 +298,7 @@ def analyse(compiled, seconds: float, state, data, model_flops: float, sliced: S
       'roofline': roofline(xla, model_per_chip, sliced.chip),
       'collectives': collective_summary(collectives(text), state.params),
       # rng_impl=rbg's random words per chip (0 under threefry); the whole batch's on every
-      # chip unless libtpu partitions them (train.rbg_sharding_warning).
+      # chip unless libtpu partitions them (rng.py, rbg_sharding_warning).
       'rng_bit_generator_elements_per_chip': random_bit_elements(text),
   }
 
@@ -320,7 +320,7 @@ def pretrain_report(config: ml_collections.ConfigDict, sliced: Slice,
             'batch_size': config.batch_size, 'per_chip_batch': config.batch_size / chips,
             'max_seq_length': config.max_seq_length, 'remat': config.remat,
             'grad_accum_steps': config.grad_accum_steps, 'rng_impl': config.get('rng_impl')}
-  if warning := train.rbg_sharding_warning(config, sliced.devices[0].platform, chips,
+  if warning := rng_lib.rbg_sharding_warning(config, sliced.devices[0].platform, chips,
                                            os.environ.get('LIBTPU_INIT_ARGS', '')):
     logging.warning(warning)
   compiled, mem, seconds, _, state, batch = compile_pretrain(config, sliced.devices,

@@ -11,7 +11,6 @@ all-reduce. The same code runs on one CPU, N simulated CPU devices, a GPU or a T
 import contextlib
 import functools
 import os
-import re
 import signal
 import threading
 import time
@@ -30,6 +29,7 @@ from electra_jax.core import config as config_lib
 from electra_jax import objective
 from electra_jax.core import optim, run_lock, storage, validation
 from electra_jax.training import health, report, two_stage
+from electra_jax.training import rng as rng_lib
 from electra_jax.data import pipeline
 from electra_jax.core.model import count_params, init_params
 
@@ -40,69 +40,7 @@ class TrainState(flax.struct.PyTreeNode):
   step: jax.Array
   params: Any
   opt_state: Any
-  rng: jax.Array  # the run's base key as raw data (config.rng_impl); step s uses step_key(rng, s)
-
-
-def rng_impl(config) -> str:
-  """config.rng_impl; configs saved before the field existed ran threefry."""
-  return config.get('rng_impl', 'threefry2x32')
-
-
-# libtpu's switch (LIBTPU_INIT_ARGS; XLA_FLAGS does not know it and stops the process) that
-# makes XLA:TPU generate only each chip's share of an RngBitGenerator's bits.
-RBG_PARTITION_FLAG = '--xla_tpu_spmd_rng_bit_generator_unsafe=true'
-_RBG_PARTITION_SETTING = re.compile(r'--xla_tpu_spmd_rng_bit_generator_unsafe(?:=(\S*))?')
-
-
-def rbg_sharding_warning(config, platform: str, num_devices: int, libtpu_args: str) -> str | None:
-  """What a run of rng_impl=rbg or unsafe_rbg on several TPU chips should be told, or None.
-
-  XLA:TPU does not partition RngBitGenerator by default: every chip makes the random bits of
-  the whole global batch and keeps its share (small on a v4-8: 4 times the words, 1.53 GB of
-  temporaries per chip against threefry's 0.78; docs/performance.md). RBG_PARTITION_FLAG makes
-  each chip generate its share only, and the bits then depend on the chip count. Under that
-  flag, a draw that remat recomputes in the backward pass may be sharded otherwise by XLA, and
-  so hold other bits than the forward pass used.
-  """
-  impl = rng_impl(config)
-  if impl == 'threefry2x32' or platform != 'tpu' or num_devices == 1:
-    return None
-  settings = _RBG_PARTITION_SETTING.findall(libtpu_args)
-  if not settings or settings[-1].lower() not in ('', 'true', '1'):
-    return (f"rng_impl={impl} on {num_devices} TPU chips: each chip generates the random bits of "
-            f"the whole batch and keeps its share, {num_devices} times the bits it uses. Start "
-            f"the run with LIBTPU_INIT_ARGS='{RBG_PARTITION_FLAG}' to generate each chip's share "
-            "only (the bits then depend on the chip count), or use "
-            "--config.rng_impl=threefry2x32")
-  if config.remat:
-    return (f'rng_impl={impl} with {RBG_PARTITION_FLAG} and remat: XLA may shard a draw that the '
-            'backward pass recomputes otherwise than the forward pass drew it, and the two then '
-            'hold other bits. Turn remat off, leave the flag out, or use '
-            '--config.rng_impl=threefry2x32')
-  return None
-
-
-def base_key(config, seed: int | None = None) -> jax.Array:
-  """A typed key of config.rng_impl. For threefry its bits are jax.random.PRNGKey(seed)'s."""
-  return jax.random.key(config.seed if seed is None else seed, impl=rng_impl(config))
-
-
-@functools.partial(jax.jit, static_argnames='impl')
-def _fold_in(data, step, impl):
-  return jax.random.key_data(jax.random.fold_in(jax.random.wrap_key_data(data, impl=impl), step))
-
-
-def step_key(config, data: jax.Array, step) -> jax.Array:
-  """fold_in(key, step) of the raw key `data`, as raw data: what a step is given.
-
-  The state keeps raw key data (uint32 words), so checkpoints hold plain arrays as before; the
-  steps wrap it back into a key of config.rng_impl (`as_key`).
-  """
-  return _fold_in(data, step, rng_impl(config))
-
-
-def as_key(config, data: jax.Array) -> jax.Array:
-  return jax.random.wrap_key_data(data, impl=rng_impl(config))
+  rng: jax.Array  # the run's base key as raw data (config.rng_impl); rng_lib.step_key: step s's
 
 
 def make_mesh(devices=None) -> Mesh:
@@ -128,7 +66,7 @@ def make_model(config: ml_collections.ConfigDict):
 
 def _init_state_fn(config, model, optimizer):
   def init():
-    init_rng, train_rng = jax.random.split(base_key(config))
+    init_rng, train_rng = jax.random.split(rng_lib.base_key(config))
     params = init_params(model, init_rng, config.max_seq_length)
     return TrainState(step=jnp.zeros([], jnp.int32), params=params,
                       opt_state=optimizer.init(params), rng=jax.random.key_data(train_rng))
@@ -157,7 +95,7 @@ def train_step(state: TrainState, batch, rng, *, model, optimizer, config, speci
   are summed; masks and samples are drawn as for the whole batch (see objective.partial_loss), so
   the update equals the whole batch's, except that each micro-batch draws its own dropout masks.
   """
-  prepared, dropout_rng = objective.draw(as_key(config, rng), batch['input_ids'], config,
+  prepared, dropout_rng = objective.draw(rng_lib.as_key(config, rng), batch['input_ids'], config,
                                          special)
   if config.get('temperature_start', 0.0) > 0:
     prepared = prepared._replace(
@@ -205,7 +143,7 @@ def train_step(state: TrainState, batch, rng, *, model, optimizer, config, speci
 
 
 def eval_step(params, batch, rng, *, model, config, special):
-  _, stats = objective.loss(model.apply, params, batch, as_key(config, rng), config,
+  _, stats = objective.loss(model.apply, params, batch, rng_lib.as_key(config, rng), config,
                             train=False, special=special)
   return stats
 
@@ -256,7 +194,7 @@ def run_eval(evaluate, params, examples, config, batch_sharding, base_rng) -> di
                                   jax.process_index(), jax.process_count())
   for i, batch in enumerate(batches):
     batch = batches_lib.to_global_array(batch, batch_sharding)
-    total = add_stats(total, evaluate(params, batch, step_key(config, base_rng, i)))
+    total = add_stats(total, evaluate(params, batch, rng_lib.step_key(config, base_rng, i)))
   return objective.summarize(jax.device_get(total), config.eval_steps)
 
 
@@ -311,7 +249,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
       lambda: batches_lib.load_examples(config, workdir, vocab, 'eval'), 'eval data')
 
   mesh = make_mesh()
-  if is_chief and (warning := rbg_sharding_warning(
+  if is_chief and (warning := rng_lib.rbg_sharding_warning(
       config, jax.devices()[0].platform, jax.device_count(),
       os.environ.get('LIBTPU_INIT_ARGS', ''))):
     logging.warning(warning)
@@ -351,7 +289,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
       # the run starts over, its step-0 evaluation included, so no line is kept.
       report.trim_metrics_file(workdir, first_step if restored is not None else -1)
     writer = report.MetricsWriter(workdir, enabled=is_chief)
-    eval_rng = step_key(config, jax.random.key_data(base_key(config)), 1 << 30)
+    eval_rng = rng_lib.step_key(config, jax.random.key_data(rng_lib.base_key(config)), 1 << 30)
     tokens_per_step = config.batch_size * config.max_seq_length
 
     def evaluate_and_log(step):
@@ -377,7 +315,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
     total, window_steps, window_start = None, 0, time.perf_counter()
     watch = nonfinite.start()
     for step in range(first_step, config.num_train_steps):
-      state, stats = train(state, next(batches), step_key(config, state.rng, step))
+      state, stats = train(state, next(batches), rng_lib.step_key(config, state.rng, step))
       watch = nonfinite.watch(watch, stats['nonfinite'], state.step)
       total, window_steps = add_stats(total, stats), window_steps + 1
       done = step + 1
