@@ -12,8 +12,8 @@ DIR/<start>[-decay-<d>], --jobs at a time on their own cores (study_parts). Then
 DIR/sweep.json, DIR/sweep.md and DIR/sweep.png put, against pretraining FLOPs, the run's
 held-out discriminator AUC and MLM accuracy at each evaluation and each checkpoint's score per
 decay and seed, beside random init's. Running it again skips finished parts (also in a DIR
-moved elsewhere, and with RUN or GLUE moved: a run is known by its config.json, GLUE by the
-task's files) and fine-tunes checkpoints saved since, so it can follow a run that is still
+moved elsewhere, and with RUN or GLUE moved: a run is known by its first config.json, GLUE by
+the task's files; another run trained where RUN was is refused) and fine-tunes checkpoints saved since, so it can follow a run that is still
 training. `--finetune_set FIELD=VALUE` (repeatable) gives every fine-tuning run one more setting of
 configs/finetune/glue.py, e.g. `pooling=mean` or `reinit=embeddings`, and keeps its runs
 beside those without (DIR/step-N-pooling=mean). An --out holds one sweep: another --run, --task,
@@ -22,6 +22,7 @@ anything runs (--seeds may change).
 """
 
 import argparse
+import glob
 import hashlib
 import json
 import os
@@ -80,6 +81,9 @@ def parse_args(argv=None):
   if not os.path.exists(os.path.join(args.run, 'config.json')):
     raise UsageError(f'--run={args.run} is not a pretraining workdir (no config.json); name '
                      'the --workdir that electra_jax.main trained')
+  if not os.path.isdir(os.path.join(args.glue_dir, args.task)):
+    raise UsageError(f'--glue_dir={args.glue_dir} has no {args.task} folder; name the folder '
+                     'that holds GLUE\'s task folders (SST-2/, MRPC/, ...)')
   kept = study_parts.committed_steps(args.run)
   try:
     asked = [int(s) for s in args.steps.split(',') if s]
@@ -119,35 +123,56 @@ def init_flags(args, step: int | None, decay: float) -> list[str]:
                                          finetune_glue.run_vocab(args.run)) + decay_flags
 
 
-def identities(args) -> dict:
-  """What --run and --glue_dir are, wherever they now are: the run's config.json (it moves with
-  the run, unchanged) and the task's files, by name and size."""
-  with open(os.path.join(args.run, 'config.json'), 'rb') as f:
-    run = hashlib.sha256(f.read()).hexdigest()
+def run_configs(run: str) -> list[str]:
+  """sha256 of each config the run has had, its first first: those it kept as
+  config.until-<step>.json when it resumed with other settings (more steps, say), then
+  config.json. The first is the run's identity: it moves with the run, and a run continued with
+  more steps is still the one whose checkpoints the sweep fine-tuned."""
+  kept = glob.glob(os.path.join(glob.escape(run), 'config.until-*.json'))
+  kept.sort(key=lambda path: int(path.rsplit('-', 1)[1].split('.')[0]))
+  digests = []
+  for path in [*kept, os.path.join(run, 'config.json')]:
+    with open(path, 'rb') as f:
+      digests.append(hashlib.sha256(f.read()).hexdigest())
+  return digests
+
+
+def task_files(args) -> dict:
+  """The task's files in --glue_dir, by name and size."""
   task_dir = os.path.join(args.glue_dir, args.task)
-  files = {name: os.path.getsize(os.path.join(task_dir, name))
-           for name in sorted(os.listdir(task_dir))} if os.path.isdir(task_dir) else {}
-  return {'run': run, 'glue_dir': files}
+  return {name: os.path.getsize(os.path.join(task_dir, name)) for name in sorted(os.listdir(task_dir))}
 
 
 def check_same_sweep(args, state: dict):
   """Refuses an --out that holds a sweep with other shared settings, before anything runs;
   records this sweep's settings otherwise. Seeds may change, as finetune lets them. A run or
-  GLUE found elsewhere is the same one if it is what was recorded (identities)."""
+  GLUE is known by what it holds, wherever it is: the run by its first config (run_configs), GLUE
+  by the task's files. So a run or GLUE moved elsewhere is accepted, and another one put where the
+  sweep's was (a run trained again with another seed) is refused."""
   now = {name: getattr(args, name) for name in SHARED_SETTINGS}
   before = state.get('settings')
   report = os.path.join(args.out, 'sweep.json')
   if before is None and os.path.exists(report):  # a sweep from before settings were recorded
     with open(report) as f:
       before = json.load(f)
-  known, found = state.get('identities', {}), identities(args)
-  changed = [f'{name}: {before[name]!r} there, {now[name]!r} now'
-             for name in SHARED_SETTINGS if before and name in before and before[name] != now[name]
-             and not (name in known and known[name] == found[name])]
+  configs, files = run_configs(args.run), task_files(args)
+  known = state.get('identities', {})
+  same = {'run': known.get('run') in configs, 'glue_dir': known.get('glue_dir') == files}
+  what = {'run': 'another run (its config.json is not the one the sweep fine-tuned)',
+          'glue_dir': f'other {args.task} files than those the sweep fine-tuned on'}
+  changed = []
+  for name in SHARED_SETTINGS:
+    if not before or name not in before:
+      continue
+    if before[name] != now[name] and not (name in known and same[name]):
+      changed.append(f'{name}: {before[name]!r} there, {now[name]!r} now')
+    elif before[name] == now[name] and name in known and not same[name]:
+      changed.append(f'{name}: {now[name]!r} now holds {what[name]}')
   if changed:
     raise UsageError(f'--out={args.out} holds a sweep with other settings ({"; ".join(changed)}); '
                      'use another --out, or its settings to add to it. Nothing was changed')
-  state['settings'], state['identities'] = now, found
+  state['settings'] = now
+  state['identities'] = {'run': known['run'] if same['run'] else configs[0], 'glue_dir': files}
 
 
 # The fine-tuning settings that name where the run and GLUE are: a folder begun with other values

@@ -279,6 +279,10 @@ def test_checkpoint_sweep_fine_tunes_each_start_once_and_reports_against_flops(m
   missing = sweep(*small, '--steps=3')
   assert missing.returncode != 0
   assert 'has no checkpoint of step(s) 3; it keeps 2, 4' in missing.stderr.strip().splitlines()[-1]
+  no_task = sweep(*small[:3], f'--glue_dir={tmp_path}', *small[4:])
+  assert no_task.returncode != 0 and no_task.stderr.strip().splitlines()[-1] == (
+      f"checkpoint_sweep: error: --glue_dir={tmp_path} has no SST-2 folder; name the folder "
+      "that holds GLUE's task folders (SST-2/, MRPC/, ...)")
   for setting, cause in (('layer_decay=0.5', 'the sweep sets layer_decay itself; use '
                           '--layer_decays'), ('pooling', 'give FIELD=VALUE')):
     refused = sweep(*small, '--finetune_set', setting)
@@ -337,6 +341,31 @@ def test_checkpoint_sweep_fine_tunes_each_start_once_and_reports_against_flops(m
   refused = sweep(f'--run={other}', *elsewhere[1:])
   assert refused.returncode != 0
   assert f"(run: '{run_copy}' there, '{other}' now)" in refused.stderr.strip().splitlines()[-1]
+  # The run continued with more steps (main keeps the config it began with) is still the run.
+  original = (run_copy / 'config.json').read_text()
+  config = json.loads(original)
+  (run_copy / 'config.until-4.json').write_text(original)
+  (run_copy / 'config.json').write_text(json.dumps({**config, 'num_train_steps': 8}))
+  continued = sweep(*elsewhere)
+  assert continued.returncode == 0, continued.stdout + continued.stderr[-3000:]
+  assert continued.stdout.count('finished before') == 3, continued.stdout
+  # Another run trained where the sweep's was (the folder emptied, another seed): refused, and
+  # nothing in --out changes.
+  (run_copy / 'config.until-4.json').unlink()
+  (run_copy / 'config.json').write_text(json.dumps({**config, 'seed': config['seed'] + 1}))
+  before = {p: p.read_bytes() for p in moved.rglob('*') if p.is_file()}
+  retrained = sweep(*elsewhere)
+  assert retrained.returncode != 0
+  assert (f"(run: '{run_copy}' now holds another run (its config.json is not the one the sweep "
+          "fine-tuned)); use another --out") in retrained.stderr.strip().splitlines()[-1]
+  assert {p: p.read_bytes() for p in moved.rglob('*') if p.is_file()} == before
+  # GLUE's task files changed in place: refused too.
+  (glue_copy / 'SST-2' / 'dev.tsv').write_text('sentence\tlabel\n')
+  (run_copy / 'config.json').write_text(original)
+  regathered = sweep(*elsewhere)
+  assert regathered.returncode != 0
+  assert (f"(glue_dir: '{glue_copy}' now holds other SST-2 files than those the sweep "
+          "fine-tuned on)") in regathered.stderr.strip().splitlines()[-1]
 
 
 # ---- mistakes a user can make: one clear line, nothing already written damaged ----------------
