@@ -77,6 +77,24 @@ remote_command() {
   printf '%s' "${line# }"
 }
 
+# Sets the caller's `environment` to the `env NAME=VALUE ...` prefix that hands the training
+# processes each variable TRAIN_ENV names and this shell sets (non-empty), and names them in
+# ELECTRA_TRAIN_ENV, which remote_train.sh passes into its tmux session. Nothing when none is
+# set, so that the usual command reads as before. check_launch has checked the names.
+train_environment() {
+  local names=() name given=()
+  read -r -a names <<< "${TRAIN_ENV:-}" || true
+  for name in ${names[@]+"${names[@]}"}; do
+    if [[ -n "${!name:-}" ]]; then
+      environment+=("${name}=${!name}")
+      given+=("${name}")
+    fi
+  done
+  if [[ ${#given[@]} -gt 0 ]]; then
+    environment=(env "${environment[@]}" "ELECTRA_TRAIN_ENV=${given[*]}")
+  fi
+}
+
 # The command that starts pretraining in the tmux session 'electra' of a TPU host, with the
 # launcher's CONFIG, TRAIN_FILES, EVAL_FILES and EXTRA_FLAGS, writing to the workdir $1.
 remote_train_command() {
@@ -87,10 +105,8 @@ remote_train_command() {
   fi
   local extra=()
   read -r -a extra <<< "${EXTRA_FLAGS}" || true
-  local environment=()  # only what is set, so that the usual command reads as before
-  if [[ -n "${LIBTPU_INIT_ARGS:-}" ]]; then
-    environment=(env "LIBTPU_INIT_ARGS=${LIBTPU_INIT_ARGS}")
-  fi
+  local environment=()
+  train_environment
   remote_command ${environment[@]+"${environment[@]}"} bash \
     "${REMOTE_CODE}/launch/remote_train.sh" start "${REMOTE_LOG}" "${flags[@]}" \
     ${extra[@]+"${extra[@]}"}
@@ -161,6 +177,14 @@ check_launch() {
   if [[ " $* " == *" data "* ]]; then
     require_setting DATA_SOURCE gs://my-bucket
   fi
+  local names=() name
+  read -r -a names <<< "${TRAIN_ENV:-}" || true
+  for name in ${names[@]+"${names[@]}"}; do
+    if ! [[ "${name}" =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]]; then
+      die "TRAIN_ENV='${TRAIN_ENV}': '${name}' is not a variable name; list the names of the" \
+        "variables to pass, e.g. TRAIN_ENV='LIBTPU_INIT_ARGS TPU_STDERR_LOG_LEVEL'"
+    fi
+  done
 }
 
 # Runs the launcher's commands in the order given (each is a function of the launcher; three

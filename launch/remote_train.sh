@@ -9,8 +9,9 @@
 #       --workdir), appending its output to LOG_FILE.
 #
 # Relative paths are taken from the home directory. Started again with the same --workdir, the
-# run resumes from its latest checkpoint. LIBTPU_INIT_ARGS, where set, reaches the training
-# process (`start` hands it to the tmux session).
+# run resumes from its latest checkpoint. The variables ELECTRA_TRAIN_ENV names (space-separated;
+# LIBTPU_INIT_ARGS when it is unset) reach the training process: `start` hands them to the tmux
+# session.
 set -euo pipefail
 
 # ---- Settings.
@@ -26,10 +27,12 @@ start() {
   local script
   script="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
   # A tmux server already running would start the session in its own environment, not this one.
-  local environment=()
-  if [[ -n "${LIBTPU_INIT_ARGS:-}" ]]; then
-    environment=(-e "LIBTPU_INIT_ARGS=${LIBTPU_INIT_ARGS}")
-  fi
+  local environment=(-e "ELECTRA_TRAIN_ENV=${ELECTRA_TRAIN_ENV-LIBTPU_INIT_ARGS}") name
+  for name in ${ELECTRA_TRAIN_ENV-LIBTPU_INIT_ARGS}; do
+    if [[ -n "${!name:-}" ]]; then
+      environment+=(-e "${name}=${!name}")
+    fi
+  done
   tmux new-session -d -s "${SESSION}" -c "${HOME}" ${environment[@]+"${environment[@]}"} \
     bash "${script}" run "$@"
   echo "started on $(hostname) in tmux session '${SESSION}'; log: ~/$1"
@@ -42,9 +45,13 @@ run() {
   mkdir -p "$(dirname "${log}")"
   # shellcheck source=/dev/null
   source "${VENV_DIR}/bin/activate"
-  echo "$(date -u '+%F %T') $(hostname):" \
-    "${LIBTPU_INIT_ARGS:+LIBTPU_INIT_ARGS=${LIBTPU_INIT_ARGS} }python -m electra_jax.main $*" \
-    | tee -a "${log}"
+  local given="" name
+  for name in ${ELECTRA_TRAIN_ENV-LIBTPU_INIT_ARGS}; do
+    if [[ -n "${!name:-}" ]]; then
+      given+="${name}=${!name} "
+    fi
+  done
+  echo "$(date -u '+%F %T') $(hostname): ${given}python -m electra_jax.main $*" | tee -a "${log}"
   local status=0
   python -m electra_jax.main "$@" 2>&1 | tee -a "${log}" || status=$?
   echo "$(date -u '+%F %T') $(hostname): electra_jax.main exited with status ${status}" \

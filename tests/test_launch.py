@@ -19,7 +19,8 @@ NOTEBOOK = LAUNCH / 'colab.ipynb'
 SETTINGS = ('PROJECT', 'ZONE', 'TPU_NAME', 'QUEUED_RESOURCE', 'ACCELERATOR_TYPE', 'RUNTIME_VERSION',
             'SPOT', 'SCOPES', 'WAIT_SECONDS', 'BUCKET', 'CONFIG', 'RUN_NAME', 'WORKDIR',
             'DATA_SOURCE', 'TRAIN_FILES', 'EVAL_FILES', 'EXTRA_FLAGS', 'RESULTS_URI',
-            'LOCAL_RESULTS', 'REPO_URL', 'DRY_RUN', 'LIBTPU_INIT_ARGS')
+            'LOCAL_RESULTS', 'REPO_URL', 'DRY_RUN', 'LIBTPU_INIT_ARGS', 'TRAIN_ENV',
+            'ELECTRA_TRAIN_ENV')
 
 
 def script_env(tmp_path, **settings):
@@ -133,8 +134,21 @@ def test_settings_come_from_the_environment(tmp_path):
   for script in ('tpu_vm.sh', 'tpu_pod.sh'):  # libtpu's settings reach the training processes
     told = run_script(script, '--dry-run', 'train', env={**env, 'LIBTPU_INIT_ARGS': flag})
     assert told.returncode == 0, told.stderr
-    assert (f"--command='env LIBTPU_INIT_ARGS={flag} bash electra_jax/launch/remote_train.sh "
-            'start ') in told.stdout, told.stdout
+    assert (f"--command='env LIBTPU_INIT_ARGS={flag} ELECTRA_TRAIN_ENV=LIBTPU_INIT_ARGS bash "
+            'electra_jax/launch/remote_train.sh start ') in told.stdout, told.stdout
+  # Any variable TRAIN_ENV names reaches them too, spaces kept; names set to nothing are left out.
+  named = {**env, 'TRAIN_ENV': 'LIBTPU_INIT_ARGS TPU_STDERR_LOG_LEVEL XLA_FLAGS',
+           'TPU_STDERR_LOG_LEVEL': '0', 'XLA_FLAGS': '--xla_dump_to=/tmp/x --xla_dump_hlo_as_text'}
+  for script in ('tpu_vm.sh', 'tpu_pod.sh'):
+    told = run_script(script, '--dry-run', 'train', env=named)
+    assert told.returncode == 0, told.stderr
+    assert ('--command=\'env TPU_STDERR_LOG_LEVEL=0 "XLA_FLAGS=--xla_dump_to=/tmp/x '
+            '--xla_dump_hlo_as_text" "ELECTRA_TRAIN_ENV=TPU_STDERR_LOG_LEVEL XLA_FLAGS" bash '
+            'electra_jax/launch/remote_train.sh start ') in told.stdout, told.stdout
+    refused = run_script(script, '--dry-run', 'train', env={**named, 'TRAIN_ENV': 'XLA_FLAGS=1'})
+    assert refused.returncode != 0 and refused.stderr.strip() == (
+        "error: TRAIN_ENV='XLA_FLAGS=1': 'XLA_FLAGS=1' is not a variable name; list the names of "
+        "the variables to pass, e.g. TRAIN_ENV='LIBTPU_INIT_ARGS TPU_STDERR_LOG_LEVEL'")
 
 
 def test_placeholder_settings_are_refused_before_anything_runs(tmp_path):
@@ -226,7 +240,8 @@ def test_remote_train_runs_main_in_tmux_and_logs_its_exit_status(tmp_path):
   bin_dir.mkdir(parents=True)
   (bin_dir / 'activate').write_text(f'PATH="{bin_dir}:$PATH"\n')
   (bin_dir / 'python').write_text(
-      '#!/bin/sh\necho "fake python got: $* (libtpu: ${LIBTPU_INIT_ARGS:-none})"\nexit 3\n')
+      '#!/bin/sh\necho "fake python got: $* (libtpu: ${LIBTPU_INIT_ARGS:-none}; '
+      'log level: ${TPU_STDERR_LOG_LEVEL:-none})"\nexit 3\n')
   (bin_dir / 'python').chmod(0o755)
   env = {'HOME': str(home), 'PATH': os.environ['PATH'], 'TMUX_TMPDIR': str(tmp_path)}
   script = str(LAUNCH / 'remote_train.sh')
@@ -237,7 +252,7 @@ def test_remote_train_runs_main_in_tmux_and_logs_its_exit_status(tmp_path):
                               text=True, timeout=30, check=False)
   assert foreground.returncode == 3
   assert ('fake python got: -m electra_jax.main --workdir=runs/x --config.data.train_files=data/* '
-          '(libtpu: none)') in log.read_text()
+          '(libtpu: none; log level: none)') in log.read_text()
   assert 'exited with status 3' in log.read_text()
 
   log.unlink()
@@ -259,17 +274,20 @@ def test_remote_train_runs_main_in_tmux_and_logs_its_exit_status(tmp_path):
       time.sleep(0.2)
     subprocess.run(['tmux', 'new-session', '-d', '-s', 'other', 'sleep 60'], env=env, check=True)
     flag = '--xla_tpu_spmd_rng_bit_generator_unsafe=true'
+    given = {'LIBTPU_INIT_ARGS': flag, 'TPU_STDERR_LOG_LEVEL': '0',
+             'ELECTRA_TRAIN_ENV': 'LIBTPU_INIT_ARGS TPU_STDERR_LOG_LEVEL'}
     started = subprocess.run(['bash', script, 'start', 'runs/x/train.log', '--workdir=runs/x'],
-                             env={**env, 'LIBTPU_INIT_ARGS': flag}, capture_output=True,
-                             text=True, timeout=30, check=False)
+                             env={**env, **given}, capture_output=True, text=True, timeout=30,
+                             check=False)
     assert started.returncode == 0, started.stderr
     deadline = time.monotonic() + 20
     while not (log.exists() and 'exited with status 3' in log.read_text()):
       assert time.monotonic() < deadline, 'the tmux session did not run the training command'
       time.sleep(0.2)
-    assert f'fake python got: -m electra_jax.main --workdir=runs/x (libtpu: {flag})' \
+    assert ('fake python got: -m electra_jax.main --workdir=runs/x '
+            f'(libtpu: {flag}; log level: 0)') in log.read_text()
+    assert f'LIBTPU_INIT_ARGS={flag} TPU_STDERR_LOG_LEVEL=0 python -m electra_jax.main' \
         in log.read_text()
-    assert f'LIBTPU_INIT_ARGS={flag} python -m electra_jax.main' in log.read_text()
   finally:
     subprocess.run(['tmux', 'kill-server'], env=env, capture_output=True, check=False)
 
