@@ -116,6 +116,10 @@ def test_killed_run_resumes_to_identical_losses(finished_run, tmp_path):
 def test_raising_num_train_steps_continues(finished_run, tmp_path):
   workdir = tmp_path / 'continued'
   os.system(f'cp -r {finished_run} {workdir}')
+  # As a run saved before compilation_cache_dir existed: that field is no change.
+  config = json.loads((workdir / 'config.json').read_text())
+  del config['compilation_cache_dir']
+  (workdir / 'config.json').write_text(json.dumps(config, indent=2))
   saved = (workdir / 'config.json').read_text()
   result = run(workdir, '--config.num_train_steps=70', '--config.learning_rate=0.0005')
   assert 'resuming at step 60 of 70' in result.stderr
@@ -125,6 +129,46 @@ def test_raising_num_train_steps_continues(finished_run, tmp_path):
   assert json.loads((workdir / 'config.json').read_text())['learning_rate'] == 0.0005
   changed = next(line for line in result.stderr.splitlines() if 'changed settings' in line)
   assert 'learning_rate: 0.001 -> 0.0005; num_train_steps: 60 -> 70' in changed
+  assert 'compilation_cache_dir' not in changed
+
+
+def test_a_run_keeps_its_compiled_step_where_a_run_started_again_reads_it(tmp_path, wikitext):
+  """By default the compiled steps go to <workdir>/compilation_cache (the suite's own cache,
+  $JAX_COMPILATION_CACHE_DIR, is set aside here), and travel with the run: a copy resumed as
+  after a preemption (its last checkpoint gone) reads the train step back instead of compiling
+  it, and ends with the same numbers."""
+  without_suite_cache = {k: v for k, v in env().items() if k != 'JAX_COMPILATION_CACHE_DIR'}
+
+  def train(workdir):
+    result = subprocess.run(command(workdir, '--config.num_train_steps=2', '--config.log_every=1',
+                                    '--config.save_every=1'), env=without_suite_cache, cwd=REPO,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stderr
+
+  first, moved = tmp_path / 'first', tmp_path / 'moved'
+  assert 'train step compiled in' in train(first)
+  programs = lambda workdir: sorted(p.name for p in (workdir / 'compilation_cache').iterdir())
+  assert len([p for p in programs(first) if p.startswith('jit_train_step-')]) == 1
+  shutil.copytree(first, moved)
+  shutil.rmtree(moved / 'checkpoints' / '2')
+  log = train(moved)
+  assert 'resuming at step 1 of 2' in log
+  assert f"train step read from the compilation cache at {moved / 'compilation_cache'} in" in log
+  assert programs(moved) == programs(first)  # read, not written again
+  loss = lambda workdir: {k: metrics(workdir)[2][k] for k in LOSS_KEYS}
+  assert loss(moved) == loss(first)
+
+
+def test_the_compilation_cache_setting(monkeypatch):
+  from electra_jax.training import compile_cache  # pylint: disable=g-import-not-at-top
+  monkeypatch.delenv('JAX_COMPILATION_CACHE_DIR', raising=False)
+  assert compile_cache.cache_dir('', 'gs://b/run') == 'gs://b/run/compilation_cache'
+  assert compile_cache.cache_dir('/cache', 'gs://b/run') == '/cache'
+  assert compile_cache.cache_dir('none', 'gs://b/run') is None
+  monkeypatch.setenv('JAX_COMPILATION_CACHE_DIR', '/suite')
+  assert compile_cache.cache_dir('', 'run') == '/suite'  # the user's own setting comes first
+  assert compile_cache.cache_dir('none', 'run') is None
 
 
 def test_evaluations_at_chance_are_warned_about_from_stall_check_after_on(finished_run):

@@ -28,7 +28,7 @@ from electra_jax.training import checkpoint, batches as batches_lib, nonfinite
 from electra_jax.core import config as config_lib
 from electra_jax import objective
 from electra_jax.core import optim, run_lock, storage, validation
-from electra_jax.training import health, report, two_stage
+from electra_jax.training import compile_cache, health, report, two_stage
 from electra_jax.training import rng as rng_lib
 from electra_jax.data import pipeline
 from electra_jax.core.model import count_params, init_params
@@ -231,6 +231,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
   """Pretrains (or resumes pretraining) in `workdir` until config.num_train_steps."""
   validation.validate(config, jax.device_count())
   storage.check_uri(workdir, '--workdir')
+  storage.check_uri(config.compilation_cache_dir, '--config.compilation_cache_dir')
   storage.makedirs(workdir)
   # Process 0 speaks for a multi-host run: its other processes share the workdir.
   with (run_lock.only_run_in(workdir, 'pretraining run') if jax.process_index() == 0
@@ -261,6 +262,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
                                  vocab.unk_id)
   train, evaluate, replicated, batch_sharding = compile_steps(config, model, optimizer, mesh,
                                                               special)
+  cache = compile_cache.use(config.compilation_cache_dir, workdir)
 
   manager = checkpoint.make_manager(workdir, config.keep_checkpoints)
   writer = batches = None
@@ -315,7 +317,11 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
     total, window_steps, window_start = None, 0, time.perf_counter()
     watch = nonfinite.start()
     for step in range(first_step, config.num_train_steps):
-      state, stats = train(state, next(batches), rng_lib.step_key(config, state.rng, step))
+      batch, started, hits = next(batches), time.perf_counter(), compile_cache.hits()
+      state, stats = train(state, batch, rng_lib.step_key(config, state.rng, step))
+      if step == first_step:  # the first call builds the step: say how, and what it cost
+        logging.info('train step %s in %.1f s', 'read from the compilation cache at ' + cache
+                     if compile_cache.hits() > hits else 'compiled', time.perf_counter() - started)
       watch = nonfinite.watch(watch, stats['nonfinite'], state.step)
       total, window_steps = add_stats(total, stats), window_steps + 1
       done = step + 1
