@@ -23,7 +23,7 @@ import torch
 import transformers
 
 from conftest import REPO, SHARED_DATA, WIKITEXT, error_line, real_file
-from electra_jax.core import config as config_lib
+from electra_jax.core import config as config_lib, flops
 from electra_jax.data import packing, vocab as vocab_lib
 from electra_jax.core.errors import UsageError
 from electra_jax.hf import exporting, files, importing
@@ -240,6 +240,45 @@ def test_trained_export_matches_transformers(trained):
   assert (input_ids[0] != 0).all() and (input_ids[1:] == 0).any(axis=1).all()
   compare_with_transformers(run.params, run.config.model, out, input_ids, segment_ids,
                             f'trained {TRAIN_STEPS} steps')
+
+
+def test_each_export_carries_a_model_card_the_hub_reads(trained, wikitext):
+  huggingface_hub = pytest.importorskip('huggingface_hub')
+  workdir, out = trained
+  config = exporting.load_run_config(str(workdir))
+  for network, pipeline in (('discriminator', None), ('generator', 'fill-mask')):
+    path = out / network / 'README.md'
+    metadata = huggingface_hub.ModelCard.load(path).data.to_dict()
+    assert metadata.get('pipeline_tag') == pipeline and metadata['library_name'] == 'transformers'
+    assert metadata['tags'] == ['electra', 'electra_jax']
+    card = path.read_text()
+    hf_config = json.loads((out / network / 'config.json').read_text())
+    assert (f"| encoder | {hf_config['num_hidden_layers']} layers, hidden size "
+            f"{hf_config['hidden_size']}, ") in card
+    assert f'| steps | {TRAIN_STEPS} of {TRAIN_STEPS}, batch 16 × 64 tokens (61,440 tokens' in card
+    assert f'| pretraining compute | {TRAIN_STEPS * flops.train_step_flops(config):.3g} FLOPs' in card
+    assert '| training text | `wiki.valid.raw` |' in card
+    assert str(wikitext) not in card and str(workdir) not in card  # no local paths
+    assert 'held-out' not in card  # this run never evaluated
+
+
+def test_a_model_card_quotes_the_last_evaluation_up_to_the_exported_step(tmp_path):
+  from electra_jax.hf import model_card  # pylint: disable=g-import-not-at-top
+  lines = [{'step': 30, 'eval_disc_auc': 0.61, 'eval_mlm_accuracy': 0.1},
+           {'step': 40, 'loss': 20.0},
+           {'step': 60, 'eval_disc_auc': 0.654321, 'eval_mlm_accuracy': 0.123456, 'eval_loss': 3.5},
+           {'step': 90, 'eval_disc_auc': 0.7, 'eval_mlm_accuracy': 0.2}]
+  (tmp_path / 'metrics.jsonl').write_text(''.join(json.dumps(m) + '\n' for m in lines))
+  assert model_card.last_evaluation(str(tmp_path), 89)['step'] == 60
+  assert model_card.last_evaluation(str(tmp_path), 29) == {}
+  config = config_lib.default_config()
+  config.objective = 'mlm'
+  config.data.train_files = '/home/me/corpus/*.txt,/data/books/'
+  card = model_card.model_card('mlm', config, 89, model_card.last_evaluation(str(tmp_path), 89))
+  assert ('| held-out, step 60 | discriminator ROC AUC 0.6543, masked-token accuracy 0.1235, '
+          'loss 3.5000 |') in card
+  assert '| training text | `*.txt`, `books` |' in card and '/home/me' not in card
+  assert '- mlm\npipeline_tag: fill-mask\n---\n\n# A masked language model, pretrained' in card
 
 
 def masked_word_texts(vocab, count, seed=0):

@@ -3,7 +3,8 @@
 A run of objective 'mlm' has one network, exported as DIR/mlm (an ElectraForMaskedLM at the
 discriminator's sizes); 'replace_mlm' and 'all_tokens_mlm' runs export DIR/mlm and DIR/generator
 ('electra_15' is exported as 'electra'). Each directory is complete on its own: config.json, model.safetensors
-(with its own copy of the shared embedding block) and the tokenizer files, so
+(with its own copy of the shared embedding block), the tokenizer files and a model card
+(README.md, hf/model_card.py), so
 `from_pretrained(DIR/discriminator)` and `pipeline("fill-mask", DIR/generator)` work offline.
 """
 
@@ -21,7 +22,7 @@ from electra_jax.core import config as config_lib, optim
 from electra_jax.core import model as model_lib, storage
 from electra_jax.training import train
 from electra_jax.core.errors import UsageError
-from electra_jax.hf import files, model_config, params as params_lib, tokenizer
+from electra_jax.hf import files, model_card, model_config, params as params_lib, tokenizer
 
 # The networks (params.NETWORKS) a run exports, by its objective; each gets DIR/<network>.
 # The ablations' discriminator-sized MLM is an ElectraForMaskedLM ('mlm'); All-Tokens MLM's copy
@@ -145,5 +146,9 @@ def export_run(workdir: str, out_dir: str, step: int | None = None,
       shutil.rmtree(path)
     else:
       os.remove(path)
-  export_params(run.params, run.config.model, run.vocab, out_dir, networks=networks)
+  written = export_params(run.params, run.config.model, run.vocab, out_dir, networks=networks)
+  evaluation = model_card.last_evaluation(workdir, run.step)
+  for network, path in written.items():
+    with open(os.path.join(path, 'README.md'), 'w', encoding='utf-8') as f:
+      f.write(model_card.model_card(network, run.config, run.step, evaluation))
   return run
