@@ -7,7 +7,8 @@ from checkpoint N.
 
 With the --workdir of a fine-tuning run, it writes one seed's model (--seed, default 0) as DIR
 itself: SQuAD's 'plain' head as ElectraForQuestionAnswering, chunking as
-ElectraForTokenClassification (hf/finetuned.py).
+ElectraForTokenClassification, GLUE's 'transformers' head as ElectraForSequenceClassification
+(hf/finetuned.py).
 """
 
 from absl import app, flags

@@ -605,6 +605,69 @@ def test_random_init_regression(files, tmp_path):
   assert tree_digest(tmp_path / 'stsb') == before
 
 
+def test_the_transformers_head_exports_as_electra_for_sequence_classification(files, tmp_path):
+  """head='transformers' trains transformers' classification head (dense, GELU, dense on [CLS]);
+  the seed exports as ElectraForSequenceClassification, which gives our logits on text pairs.
+  The recipe's own head is refused by export, naming the setting that exports."""
+  transformers = pytest.importorskip('transformers')
+  torch = pytest.importorskip('torch')
+  # pylint: disable-next=g-import-not-at-top
+  from electra_jax.hf import files as files_lib, finetuned, params as params_lib
+  root, glue, vocab_size = files
+  config = finetune_config(task='MRPC', data_dir=str(glue), vocab=str(root / 'vocab.txt'),
+                           head='transformers', predict_test=False)
+  config.model.update(vocab_size=vocab_size, **TINY)
+  out = tmp_path / 'mrpc'
+  summary = finetune.fine_tune(config, str(out))
+  params, step = finetuned.seed_params(str(out), 0)
+  assert step == summary['budget']['steps'] and params['classifier_dense']['kernel'].shape == (32, 32)
+  exported = tmp_path / 'hf'
+  assert finetuned.export_seed(str(out), str(exported), seed=0) == step
+  hf = transformers.ElectraForSequenceClassification.from_pretrained(str(exported)).eval()
+  assert hf.config.id2label == {0: '0', 1: '1'}
+  assert hf.config.problem_type == 'single_label_classification'
+
+  ids = np.random.default_rng(0).integers(5, vocab_size, (3, 20)).astype(np.int32)
+  ids[:, 0], ids[:, 9], ids[:, 19] = 2, 3, 3  # [CLS] A [SEP] B [SEP]
+  ids[1, 14:], ids[1, 13] = 0, 3  # a shorter pair, padded
+  segments = np.where(np.arange(20) > 9, 1, 0)[None].repeat(3, 0) * (ids != 0)
+  saved = json.loads((out / 'config.json').read_text())
+  resolved = ml_collections.ConfigDict(saved)
+  classifier = finetune.classifier_of(resolved, ml_collections.ConfigDict(saved['model']), 2)
+
+  def assert_same_logits(hf, params):
+    ours = classifier.apply({'params': params}, ids, segments)
+    with torch.no_grad():
+      theirs = hf(input_ids=torch.tensor(ids, dtype=torch.long),
+                  attention_mask=torch.tensor(ids != 0, dtype=torch.long),
+                  token_type_ids=torch.tensor(segments, dtype=torch.long)).logits.numpy()
+    np.testing.assert_allclose(theirs, np.asarray(ours), rtol=1e-5, atol=1e-5)
+
+  assert_same_logits(hf, params)
+  classify = transformers.pipeline('text-classification', model=str(exported), device='cpu')
+  assert classify({'text': 'the cat sat.', 'text_pair': 'a dog ran.'})['label'] in ('0', '1')
+  # Four steps leave the head's inputs near 0, where every GELU agrees: scaled up, they reach
+  # its bend, where tanh's approximation moves these logits by 2.5e-4.
+  scaled = {**params, 'classifier_dense': {'kernel': params['classifier_dense']['kernel'] * 10,
+                                           'bias': params['classifier_dense']['bias'] + 1.0}}
+  labels = finetuned.labels_of(str(out), 'sequence', resolved)
+  files_lib.write_model_dir(str(tmp_path / 'scaled'),
+                            finetuned.model_config_json(resolved, 'sequence', labels),
+                            params_lib.to_hf(scaled, 'sequence'))
+  assert_same_logits(
+      transformers.ElectraForSequenceClassification.from_pretrained(str(tmp_path / 'scaled')).eval(),
+      scaled)
+
+  config.update(head='electra', num_epochs=0.5)
+  finetune.fine_tune(config, str(tmp_path / 'recipe'))
+  with pytest.raises(UsageError, match='fine-tune with --config.head=transformers to export one'):
+    finetuned.export_seed(str(tmp_path / 'recipe'), str(tmp_path / 'refused'), seed=0)
+  assert not (tmp_path / 'refused').exists()
+  config.head = 'dense'
+  with pytest.raises(UsageError, match=r"config.head='dense': use 'electra' .* or 'transformers'"):
+    finetune.fine_tune(config, str(tmp_path / 'unknown'))
+
+
 # ---- command lines --------------------------------------------------------------------------
 
 def cli(module, *args):

@@ -59,6 +59,10 @@ def get_config():
   # What the head reads: 'cls' (the recipe: the [CLS] vector) or 'mean' (the top layer's mean
   # over the real tokens, as benchmarks/linear_probe.py's 'mean' feature).
   c.pooling = 'cls'
+  # The head on it: 'electra' (the recipe: one dense layer, as the original) or 'transformers'
+  # (ElectraForSequenceClassification's dense, GELU, dense), which `electra_jax.export` writes
+  # as that class, for use and publishing in transformers (docs/finetuning.md).
+  c.head = 'electra'
   # The encoder's dropout (hidden and attention) while fine-tuning; -1 = the start's own, i.e.
   # the rates its pretraining ran with (or its Hugging Face config's). Set 0.1 to fine-tune a
   # network pretrained without dropout the way the recipe fine-tunes one pretrained with it.

@@ -4,7 +4,10 @@ Its parameter tree holds `embeddings` and `discriminator` exactly as the pretrai
 `Electra` names them, so a pretrained checkpoint's subtrees drop in unchanged, plus `classifier`,
 the new head: [CLS] vector -> dropout -> one dense layer (num_labels logits, or 1 score for a
 regression task). As in the original there is no pooler, and the head is initialised with
-Glorot-uniform (TensorFlow's default for a dense layer given no initializer). `pooling='mean'`
+Glorot-uniform (TensorFlow's default for a dense layer given no initializer). `head='transformers'`
+puts transformers' ElectraForSequenceClassification head there instead (dense H -> H, exact
+GELU, dropout, then the dense layer above), so that the fine-tuned model exports as that class
+(hf/finetuned.py); its new layer is drawn as transformers draws it, normal(0.02). `pooling='mean'`
 reads the mean of the top layer over the real tokens instead of [CLS]: replaced-token detection
 never asks [CLS] anything, so a small encoder's sentence information may sit in its tokens.
 """
@@ -42,17 +45,25 @@ class Classifier(nn.Module):
   dtype: Any = jnp.float32
   attention: str = 'auto'  # layers.SelfAttention.implementation, used where attention dropout is off
   pooling: str = 'cls'  # POOLINGS: what the head reads of the sequence output
+  head: str = 'electra'  # HEADS: the original's one dense layer, or transformers' two
 
   @nn.compact
   def __call__(self, input_ids, segment_ids, deterministic: bool = True):
     hidden = encode(self, input_ids, segment_ids, deterministic)
-    pooled = nn.Dropout(self.head_dropout_rate)(pool(hidden, input_ids, self.pooling),
-                                                deterministic=deterministic)
+    dropout = nn.Dropout(self.head_dropout_rate)
+    pooled = dropout(pool(hidden, input_ids, self.pooling), deterministic=deterministic)
+    if self.head == 'transformers':
+      pooled = nn.Dense(self.config.hidden_size, kernel_init=nn.initializers.normal(0.02),
+                        dtype=jnp.float32, name='classifier_dense')(pooled)
+      pooled = dropout(nn.gelu(pooled, approximate=False), deterministic=deterministic)
+    elif self.head != 'electra':
+      raise ValueError(f'head={self.head!r}: use one of {HEADS}')
     return nn.Dense(self.num_outputs, kernel_init=nn.initializers.glorot_uniform(),
                     dtype=jnp.float32, name='classifier')(pooled)
 
 
 POOLINGS = ('cls', 'mean')
+HEADS = ('electra', 'transformers')
 
 
 def pool(hidden, input_ids, pooling: str):

@@ -10,12 +10,12 @@ from electra_jax.training import nonfinite
 from electra_jax.core import bounds
 from electra_jax.core.config import load_config_file
 from electra_jax.core.errors import UsageError
-from electra_jax.finetune.model import POOLINGS
+from electra_jax.finetune.model import HEADS, POOLINGS
 from electra_jax.finetune.tasks import Task
 
 # Fields of configs/finetune/glue.py that only GLUE's data and classifier read.
 GLUE_ONLY = ('tfds_name', 'tfds_data_dir', 'max_train_examples', 'swap_pairs', 'predict_test',
-             'head_dropout', 'pooling')
+             'head_dropout', 'pooling', 'head')
 
 # Per model size: peak learning rate and layer-wise decay (ELECTRA paper, Appendix).
 SIZES = {'small': (3e-4, 0.8), 'base': (1e-4, 0.8), 'large': (5e-5, 0.9)}
@@ -85,6 +85,10 @@ def resolve(config: ml_collections.ConfigDict, task: Task, model: ml_collections
   if 'pooling' in c and c.pooling not in POOLINGS:  # GLUE's head; SQuAD and chunk have none
     raise UsageError(f"config.pooling={c.pooling!r}: use 'cls' (the [CLS] vector, the recipe) or "
                      "'mean' (the mean of the top layer over the real tokens)")
+  if 'pooling' in c and c.get('head', 'electra') not in HEADS:
+    raise UsageError(f"config.head={c.head!r}: use 'electra' (one dense layer on [CLS], the "
+                     "original's) or 'transformers' (ElectraForSequenceClassification's dense, "
+                     'GELU, dense, which electra_jax.export writes as that class)')
   bounds.check(c, {**bounds.OPTIMIZER, **bounds.FINE_TUNING})  # layer_decay 1 turns it off
   nonfinite.validate(c)
   return c

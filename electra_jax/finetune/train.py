@@ -42,7 +42,8 @@ DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 def classifier_of(config, model_config, num_outputs: int) -> model_lib.Classifier:
   """The GLUE network a resolved fine-tuning `config` trains on `model_config` (the start's)."""
   return model_lib.Classifier(model_config, num_outputs, config.head_dropout,
-                              DTYPES[config.dtype], config.attention, config.pooling)
+                              DTYPES[config.dtype], config.attention, config.pooling,
+                              config.get('head', 'electra'))  # runs saved before it: 'electra'
 
 
 def loss_fn(params, batch, rng, *, model, regression: bool):

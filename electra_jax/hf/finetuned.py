@@ -1,11 +1,12 @@
 """A fine-tuned seed -> one transformers directory, where a standard class computes our model:
 
-  SQuAD, head 'plain'   ElectraForQuestionAnswering   (qa_outputs: dense(2) over every token)
-  chunk                 ElectraForTokenClassification (classifier: dense(labels) over every token)
+  SQuAD, head 'plain'        ElectraForQuestionAnswering   (qa_outputs: dense(2) over every token)
+  chunk                      ElectraForTokenClassification (classifier: dense(labels), every token)
+  GLUE, head 'transformers'  ElectraForSequenceClassification (dense, GELU, dense on [CLS])
 
 The others have no such class: the 'electra' QA head conditions its end logits on the start and
-searches a beam, and ELECTRA's GLUE head is one dense layer on [CLS] where
-ElectraForSequenceClassification has dense, GELU and dense. Both are refused by name.
+searches a beam, and ELECTRA's own GLUE head is one dense layer on [CLS] (as is the 'mean'
+pooling's). Each is refused by name, with the setting that exports.
 
 The logits are the same up to one difference of purpose: our QA head adds -1000 where an answer
 cannot lie (the question, padding); the exported layer gives the raw logits, as transformers'
@@ -20,7 +21,7 @@ import ml_collections
 import orbax.checkpoint as ocp
 
 from electra_jax.core.errors import UsageError
-from electra_jax.finetune import init as finetune_init, train as finetune_train
+from electra_jax.finetune import init as finetune_init, tasks, train as finetune_train
 from electra_jax.hf import files, model_config, params as params_lib, tokenizer
 
 SQUAD_TASKS = ('squad_v1', 'squad_v2')
@@ -36,9 +37,16 @@ def network_of(config: ml_collections.ConfigDict) -> str:
     return 'qa'
   if config.task == 'chunk':
     return 'tagger'
-  raise UsageError(f"a model fine-tuned on {config.task} is not exported: ELECTRA's GLUE head "
-                   "(one dense layer on [CLS]) is not ElectraForSequenceClassification's "
-                   '(dense, GELU, dense)')
+  if config.get('head', 'electra') != 'transformers':
+    raise UsageError(f"a model fine-tuned on {config.task} with ELECTRA's GLUE head (one dense "
+                     "layer on [CLS]) has no transformers class (ElectraForSequenceClassification "
+                     'has dense, GELU, dense); fine-tune with --config.head=transformers to '
+                     'export one')
+  if config.pooling != 'cls':
+    raise UsageError(f"a model fine-tuned with pooling={config.pooling!r} has no transformers "
+                     "class (ElectraForSequenceClassification reads [CLS]); fine-tune with "
+                     '--config.pooling=cls to export one')
+  return 'sequence'
 
 
 def is_finetuned(workdir: str) -> bool:
@@ -84,12 +92,18 @@ def model_config_json(config: ml_collections.ConfigDict, network: str,
   hf_config = model_config.to_hf(config.model, network)
   hf_config['id2label'] = {str(i): label for i, label in enumerate(labels)}
   hf_config['label2id'] = {label: i for i, label in enumerate(labels)}
+  if network == 'sequence':  # its loss in transformers, and the dropout our head trained with
+    hf_config['problem_type'] = ('regression' if tasks.get_task(config.task).is_regression
+                                 else 'single_label_classification')
+    hf_config['classifier_dropout'] = config.head_dropout
   return hf_config
 
 
-def labels_of(workdir: str, network: str) -> list[str]:
+def labels_of(workdir: str, network: str, config: ml_collections.ConfigDict) -> list[str]:
   if network == 'qa':
     return ['start', 'end']  # qa_outputs' two columns
+  if network == 'sequence':  # the task's labels in the classifier's order; STS-B's one score
+    return list(tasks.get_task(config.task).labels) or ['score']
   with open(os.path.join(workdir, 'results.json')) as f:
     return json.load(f)['labels']  # the tagger's output order
 
@@ -101,7 +115,7 @@ def export_seed(workdir: str, out_dir: str, seed: int, overwrite: bool = False) 
   if os.path.exists(out_dir) and os.listdir(out_dir) and not overwrite:
     raise UsageError(f"'{out_dir}' already exists; choose another --out or pass --overwrite")
   params, step = seed_params(workdir, seed)
-  labels = labels_of(workdir, network)
+  labels = labels_of(workdir, network, config)
   vocab = finetune_init.load_start(config).vocab  # the start's vocabulary, as fine-tuning read it
   files.write_model_dir(out_dir, model_config_json(config, network, labels),
                         params_lib.to_hf(params, network))

@@ -20,7 +20,8 @@ from electra_jax.core.errors import UsageError
 ARCHITECTURES = {'discriminator': 'ElectraForPreTraining', 'generator': 'ElectraForMaskedLM'}
 # Fine-tuned models, written by hf/finetuned.py and never imported.
 TASK_ARCHITECTURES = {'qa': 'ElectraForQuestionAnswering',
-                      'tagger': 'ElectraForTokenClassification'}
+                      'tagger': 'ElectraForTokenClassification',
+                      'sequence': 'ElectraForSequenceClassification'}
 # ElectraConfig's defaults for fields a hand-written config.json may leave out.
 _DEFAULTS = {'hidden_act': 'gelu', 'layer_norm_eps': 1e-12, 'max_position_embeddings': 512,
              'type_vocab_size': 2, 'hidden_dropout_prob': 0.1,

@@ -36,6 +36,7 @@ NETWORKS = {
     # Fine-tuned models (hf/finetuned.py), export only: the discriminator under a task's head.
     'qa': Network('discriminator', 'qa_outputs', 'qa'),
     'tagger': Network('discriminator', 'classifier', 'tagger'),
+    'sequence': Network('discriminator', 'classifier', 'sequence'),
 }
 # Non-parameter buffers that older transformers versions saved with the weights.
 IGNORED = ('electra.embeddings.position_ids', 'electra.embeddings.token_type_ids')
@@ -89,6 +90,9 @@ def name_pairs(network: str, num_layers: int, has_projection: bool) -> list[Pair
     pairs += _encoder_layer(i, encoder)
   if kind in ('qa', 'tagger'):  # ElectraForQuestionAnswering's qa_outputs, or the tagger's
     pairs += _linear('qa_outputs' if kind == 'qa' else 'classifier', (head,))
+  elif kind == 'sequence':  # ElectraClassificationHead: dense, GELU, out_proj
+    pairs += _linear('classifier.dense', ('classifier_dense',))
+    pairs += _linear('classifier.out_proj', (head,))
   elif kind == 'discriminator':
     pairs += _linear('discriminator_predictions.dense', (head, 'dense'))
     pairs += _linear('discriminator_predictions.dense_prediction', (head, 'prediction'))
