@@ -644,6 +644,13 @@ def test_the_transformers_head_exports_as_electra_for_sequence_classification(fi
     np.testing.assert_allclose(theirs, np.asarray(ours), rtol=1e-5, atol=1e-5)
 
   assert_same_logits(hf, params)
+  card = (exported / 'README.md').read_text()
+  assert card.startswith('---\nlibrary_name: transformers\ntags:\n- electra\n- electra_jax\n'
+                         '- mrpc\npipeline_tag: text-classification\n---\n')
+  assert '| started from | random initialisation (no pretraining) |' in card
+  assert f"| dev, this seed (0) | MRPC accuracy {summary['seeds']['0']['MRPC']['accuracy']:.4f}, " \
+      in card
+  assert '| labels | `0`, `1` |' in card and str(tmp_path) not in card
   classify = transformers.pipeline('text-classification', model=str(exported), device='cpu')
   assert classify({'text': 'the cat sat.', 'text_pair': 'a dog ran.'})['label'] in ('0', '1')
   # Four steps leave the head's inputs near 0, where every GELU agrees: scaled up, they reach

@@ -22,7 +22,7 @@ import orbax.checkpoint as ocp
 
 from electra_jax.core.errors import UsageError
 from electra_jax.finetune import init as finetune_init, tasks, train as finetune_train
-from electra_jax.hf import files, model_config, params as params_lib, tokenizer
+from electra_jax.hf import files, model_card, model_config, params as params_lib, tokenizer
 
 SQUAD_TASKS = ('squad_v1', 'squad_v2')
 
@@ -117,7 +117,13 @@ def export_seed(workdir: str, out_dir: str, seed: int, overwrite: bool = False) 
   params, step = seed_params(workdir, seed)
   labels = labels_of(workdir, network, config)
   vocab = finetune_init.load_start(config).vocab  # the start's vocabulary, as fine-tuning read it
-  files.write_model_dir(out_dir, model_config_json(config, network, labels),
-                        params_lib.to_hf(params, network))
+  hf_config = model_config_json(config, network, labels)
+  files.write_model_dir(out_dir, hf_config, params_lib.to_hf(params, network))
   tokenizer.write_tokenizer(vocab, out_dir, model_max_length=config.max_seq_length)
+  results = os.path.join(workdir, 'results.json')
+  if os.path.exists(results):  # the run has finished: the card quotes its recipe and scores
+    with open(results) as f:
+      card = model_card.finetuned_card(network, hf_config, json.load(f), seed, step)
+    with open(os.path.join(out_dir, 'README.md'), 'w', encoding='utf-8') as f:
+      f.write(card)
   return step

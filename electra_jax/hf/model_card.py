@@ -59,26 +59,43 @@ def training_text(data: ml_collections.ConfigDict) -> str:
   return 'a prepared corpus (`data.prepared_dir`)'
 
 
+def encoder_text(hf: dict) -> str:
+  """The encoder's sizes, from its transformers config."""
+  heads = hf['num_attention_heads']
+  return (f"{hf['num_hidden_layers']} layers, hidden size {hf['hidden_size']}, "
+          f"{heads} head{'s' * (heads != 1)}, feed-forward {hf['intermediate_size']}, "
+          f"embeddings {hf['embedding_size']}; {hf['vocab_size']:,} vocabulary pieces")
+
+
+def card(tags, pipeline: str | None, title: str, intro: str, class_name: str,
+         section: str, rows: list[tuple[str, str]]) -> str:
+  """A model card: the YAML block, a title, how to load the model, and one table."""
+  front = ['---', 'library_name: transformers', 'tags:',
+           *(f'- {tag}' for tag in dict.fromkeys(tags)),
+           *([f'pipeline_tag: {pipeline}'] if pipeline else []), '---']
+  use = ['```python', f'from transformers import AutoTokenizer, {class_name}', '',
+         'tokenizer = AutoTokenizer.from_pretrained("PATH_OR_REPO")',
+         f'model = {class_name}.from_pretrained("PATH_OR_REPO")', '```']
+  table = ['| | |', '|---|---|'] + [f'| {name} | {value} |' for name, value in rows]
+  body = [f'# {title}', '', intro, '', *use, '', f'## {section}', '', *table, '',
+          'The language and license of the training text are not recorded by electra_jax: add '
+          'them here, and `language:` and `license:` to the block at the top, before publishing.']
+  return '\n'.join(front + [''] + body) + '\n'
+
+
 def model_card(network: str, config: ml_collections.ConfigDict, step: int,
                evaluation: dict) -> str:
   """The README.md of the exported `network` of a run at `step`."""
   title, class_name, computes, pipeline = NETWORKS[network]
-  hf = model_config.to_hf(config.model, network)  # this network's sizes, as exported
   tokens = step * config.batch_size * config.max_seq_length
-  heads = hf['num_attention_heads']
   decay = f'{config.weight_decay:g}'
   if config.get('embedding_weight_decay') is not None:
     decay += f' (embeddings {config.embedding_weight_decay:g})'
-  tags = dict.fromkeys(['electra', 'electra_jax', config.objective])
-  front = ['---', 'library_name: transformers', 'tags:', *(f'- {tag}' for tag in tags),
-           *([f'pipeline_tag: {pipeline}'] if pipeline else []), '---']
   rows = [
       ('objective', OBJECTIVES[config.objective].format(w=config.disc_weight)),
       ('this network', f'the {network}: {computes}'),
-      ('encoder', f"{hf['num_hidden_layers']} layers, hidden size {hf['hidden_size']}, "
-                  f"{heads} head{'s' * (heads != 1)}, feed-forward {hf['intermediate_size']}, "
-                  f"embeddings {hf['embedding_size']}"),
-      ('vocabulary', f"{hf['vocab_size']:,} pieces"),
+      # this network's sizes, as exported
+      ('encoder', encoder_text(model_config.to_hf(config.model, network))),
       ('steps', f'{step:,} of {config.num_train_steps:,}, batch {config.batch_size} × '
                 f'{config.max_seq_length} tokens ({tokens:,} tokens seen)'),
       ('pretraining compute', f'{step * flops.train_step_flops(config):.3g} FLOPs '
@@ -91,15 +108,53 @@ def model_card(network: str, config: ml_collections.ConfigDict, step: int,
     held_out = ', '.join(f'{label} {evaluation[key]:.4f}' for key, label in EVAL_KEYS.items()
                          if key in evaluation)
     rows.append((f'held-out, step {evaluation["step"]:,}', held_out))
-  table = ['| | |', '|---|---|'] + [f'| {name} | {value} |' for name, value in rows]
-  use = ['```python', f'from transformers import AutoTokenizer, {class_name}', '',
-         'tokenizer = AutoTokenizer.from_pretrained("PATH_OR_REPO")',
-         f'model = {class_name}.from_pretrained("PATH_OR_REPO")', '```']
-  body = [
-      f'# {title}, pretrained with electra_jax', '',
-      f'Step {step:,} of an electra_jax pretraining run, exported as `{class_name}`. '
-      'For a task, load it with `AutoModelForSequenceClassification` (or another task class) '
-      'and fine-tune.', '', *use, '', '## Pretraining', '', *table, '',
-      'The language and license of the training text are not recorded by electra_jax: add '
-      'them here, and `language:` and `license:` to the block at the top, before publishing.']
-  return '\n'.join(front + [''] + body) + '\n'
+  return card(['electra', 'electra_jax', config.objective], pipeline,
+              f'{title}, pretrained with electra_jax',
+              f'Step {step:,} of an electra_jax pretraining run, exported as `{class_name}`. '
+              'For a task, load it with `AutoModelForSequenceClassification` (or another task '
+              'class) and fine-tune.', class_name, 'Pretraining', rows)
+
+
+# A fine-tuned network's transformers class and Hub pipeline (hf/finetuned.py's networks).
+FINETUNED = {'sequence': ('ElectraForSequenceClassification', 'text-classification'),
+             'qa': ('ElectraForQuestionAnswering', 'question-answering'),
+             'tagger': ('ElectraForTokenClassification', 'token-classification')}
+
+
+def scores_text(scores: dict) -> str:
+  """{'MRPC': {'accuracy': 0.71, 'f1': 0.8}} -> 'MRPC accuracy 0.7100, f1 0.8000'."""
+  number = lambda value: f'{value:.4f}' if isinstance(value, float) else str(value)
+  return '; '.join(f'{split} ' + ', '.join(f'{name} {number(value)}'
+                                           for name, value in metrics.items())
+                   for split, metrics in scores.items())
+
+
+def start_text(results: dict) -> str:
+  """Where fine-tuning started, with any path cut to its last folder's name."""
+  if not results.get('init_from'):
+    return 'random initialisation (no pretraining)'
+  return f"the pretrained encoder `{os.path.basename(results['init_from'].rstrip('/'))}`"
+
+
+def finetuned_card(network: str, hf_config: dict, results: dict, seed: int, step: int) -> str:
+  """The README.md of seed `seed` of a fine-tuning run (its results.json), exported."""
+  class_name, pipeline = FINETUNED[network]
+  budget = results['budget']
+  recipe = [f"peak learning rate {results['learning_rate']:g}",
+            f"layer-wise decay {results['layer_decay']:g}",
+            f"{budget['epochs']:g} epoch{'s' * (budget['epochs'] != 1)}",
+            *([f"{budget['train_examples']:,} training examples"]
+              if 'train_examples' in budget else []),
+            f"batch {budget['batch_size']}", f"length {budget['max_seq_length']}",
+            f'{step:,} steps']
+  rows = [('task', results['task']), ('started from', start_text(results)),
+          ('encoder', encoder_text(hf_config)),
+          ('labels', ', '.join(f'`{label}`' for label in hf_config['id2label'].values())),
+          ('recipe', ', '.join(recipe))]
+  if str(seed) in results['seeds']:
+    rows += [(f'dev, this seed ({seed})', scores_text(results['seeds'][str(seed)])),
+             (f"dev, median of {len(results['seeds'])} seed(s)", scores_text(results['median']))]
+  return card(['electra', 'electra_jax', results['task'].lower()], pipeline,
+              f"ELECTRA fine-tuned on {results['task']}, with electra_jax",
+              f'Seed {seed} of an electra_jax fine-tuning run, exported as `{class_name}`.',
+              class_name, 'Fine-tuning', rows)
