@@ -1,10 +1,11 @@
 """XLA's compiled steps kept on disk, so that a run started again does not compile them again.
 
-A run resumes often: after a preemption (spot TPUs), a crash, or with more steps. Each time, the
-train step is the same program, and compiling it is not free: `base` takes 308 s for a v4-8
-(docs/performance.md), `tiny` 11 s on a CPU. JAX's persistent compilation cache keeps each
+A run resumes often: after a preemption (spot TPUs) or a crash. Each time, the train step is
+the same program, and compiling it is not free: `base` takes 308 s for a v4-8
+(docs/performance.md), `tiny` 15 s on a CPU. JAX's persistent compilation cache keeps each
 compiled program under a key of its HLO, options and backend, and a later process that builds
-the same program reads it back.
+the same program reads it back. (A resume with more steps or another learning rate builds
+another program: the schedule is compiled into the step.)
 
 config.compilation_cache_dir says where: '' (the default) is $JAX_COMPILATION_CACHE_DIR where
 set, else <workdir>/compilation_cache, which goes wherever the run goes (a bucket, the next VM
