@@ -13,8 +13,8 @@ DIR/sweep.json, DIR/sweep.md and DIR/sweep.png put, against pretraining FLOPs, t
 held-out discriminator AUC and MLM accuracy at each evaluation and each checkpoint's score per
 decay and seed, beside random init's. Running it again skips finished parts (also in a DIR
 moved elsewhere, and with RUN or GLUE moved: a run is known by its first config.json, GLUE by
-the task's files; another run trained where RUN was is refused) and fine-tunes checkpoints saved since, so it can follow a run that is still
-training. `--finetune_set FIELD=VALUE` (repeatable) gives every fine-tuning run one more setting of
+the task's files; another run trained where RUN was is refused) and fine-tunes checkpoints
+saved since, so it can follow a run that is still training. `--finetune_set FIELD=VALUE` (repeatable) gives every fine-tuning run one more setting of
 configs/finetune/glue.py, e.g. `pooling=mean` or `reinit=embeddings`, and keeps its runs
 beside those without (DIR/step-N-pooling=mean). An --out holds one sweep: another --run, --task,
 --glue_dir, --max_seq_length, --train_examples or --finetune_epochs into it is refused before
@@ -140,7 +140,8 @@ def run_configs(run: str) -> list[str]:
 def task_files(args) -> dict:
   """The task's files in --glue_dir, by name and size."""
   task_dir = os.path.join(args.glue_dir, args.task)
-  return {name: os.path.getsize(os.path.join(task_dir, name)) for name in sorted(os.listdir(task_dir))}
+  return {name: os.path.getsize(os.path.join(task_dir, name))
+          for name in sorted(os.listdir(task_dir))}
 
 
 def check_same_sweep(args, state: dict):

@@ -40,8 +40,8 @@ EXTRA_FLAGS="${EXTRA_FLAGS:-}"                     # more flags for electra_jax.
 LIBTPU_INIT_ARGS="${LIBTPU_INIT_ARGS:-}"           # libtpu settings for the training processes, e.g.
                                                    # '--xla_tpu_spmd_rng_bit_generator_unsafe=true'
                                                    # with --config.rng_impl=rbg (docs/performance.md)
-TRAIN_ENV="${TRAIN_ENV:-LIBTPU_INIT_ARGS}"         # the variables of this shell that reach the training
-                                                   # processes (names, space-separated), e.g.
+TRAIN_ENV="${TRAIN_ENV:-LIBTPU_INIT_ARGS}"         # names (space-separated) of this shell's
+                                                   # variables that reach the training processes, e.g.
                                                    # 'LIBTPU_INIT_ARGS TPU_STDERR_LOG_LEVEL'
 RESULTS_URI="${RESULTS_URI:-${BUCKET}/runs/${RUN_NAME}}"  # where `save` copies the run
 LOCAL_RESULTS="${LOCAL_RESULTS:-results/${RUN_NAME}}"    # where `fetch` copies the run, here

@@ -620,7 +620,8 @@ def test_the_transformers_head_exports_as_electra_for_sequence_classification(fi
   out = tmp_path / 'mrpc'
   summary = finetune.fine_tune(config, str(out))
   params, step = finetuned.seed_params(str(out), 0)
-  assert step == summary['budget']['steps'] and params['classifier_dense']['kernel'].shape == (32, 32)
+  assert step == summary['budget']['steps']
+  assert params['classifier_dense']['kernel'].shape == (32, 32)
   exported = tmp_path / 'hf'
   assert finetuned.export_seed(str(out), str(exported), seed=0) == step
   hf = transformers.ElectraForSequenceClassification.from_pretrained(str(exported)).eval()
@@ -661,9 +662,9 @@ def test_the_transformers_head_exports_as_electra_for_sequence_classification(fi
   files_lib.write_model_dir(str(tmp_path / 'scaled'),
                             finetuned.model_config_json(resolved, 'sequence', labels),
                             params_lib.to_hf(scaled, 'sequence'))
-  assert_same_logits(
-      transformers.ElectraForSequenceClassification.from_pretrained(str(tmp_path / 'scaled')).eval(),
-      scaled)
+  scaled_hf = transformers.ElectraForSequenceClassification.from_pretrained(
+      str(tmp_path / 'scaled')).eval()
+  assert_same_logits(scaled_hf, scaled)
 
   config.update(head='electra', num_epochs=0.5)
   finetune.fine_tune(config, str(tmp_path / 'recipe'))

@@ -256,7 +256,8 @@ def test_each_export_carries_a_model_card_the_hub_reads(trained, wikitext):
     assert (f"| encoder | {hf_config['num_hidden_layers']} layers, hidden size "
             f"{hf_config['hidden_size']}, ") in card
     assert f'| steps | {TRAIN_STEPS} of {TRAIN_STEPS}, batch 16 × 64 tokens (61,440 tokens' in card
-    assert f'| pretraining compute | {TRAIN_STEPS * flops.train_step_flops(config):.3g} FLOPs' in card
+    compute = TRAIN_STEPS * flops.train_step_flops(config)
+    assert f'| pretraining compute | {compute:.3g} FLOPs' in card
     assert '| training text | `wiki.valid.raw` |' in card
     assert str(wikitext) not in card and str(workdir) not in card  # no local paths
     assert 'held-out' not in card  # this run never evaluated

@@ -126,8 +126,9 @@ def default_config() -> ml_collections.ConfigDict:
   c.checkpoint_fallback = False
   # Where XLA's compiled steps are kept, so that a run started again with the same settings
   # (resumed after a preemption or a crash) reads them back instead of compiling: `base`
-  # compiles in 308 s for a v4-8. More steps or another learning rate is another program. '' = $JAX_COMPILATION_CACHE_DIR where set, else
-  # <workdir>/compilation_cache (it goes where the run goes); a path or gs:// URI; 'none' = off.
+  # compiles in 308 s for a v4-8. More steps or another learning rate is another program.
+  # '' = $JAX_COMPILATION_CACHE_DIR where set, else <workdir>/compilation_cache (it goes where
+  # the run goes); a path or gs:// URI; 'none' = off.
   # On a pod slice it belongs on shared storage: process 0 writes, every process reads
   # (training/compile_cache.py).
   c.compilation_cache_dir = ''

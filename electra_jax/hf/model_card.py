@@ -35,7 +35,8 @@ OBJECTIVES = {
     'all_tokens_mlm': "All-Tokens MLM (the paper's ablation): MLM predicting every token",
     'electric': 'Electric: an energy-based cloze model trained by noise-contrastive estimation',
 }
-EVAL_KEYS = {'eval_disc_auc': 'discriminator ROC AUC', 'eval_disc_accuracy': 'discriminator accuracy',
+EVAL_KEYS = {'eval_disc_auc': 'discriminator ROC AUC',
+             'eval_disc_accuracy': 'discriminator accuracy',
              'eval_mlm_accuracy': 'masked-token accuracy', 'eval_loss': 'loss'}
 
 

@@ -227,6 +227,17 @@ def preemption_check(manager):
   return lambda step: requested.is_set()
 
 
+def first_call(train, cache: str | None, *args):
+  """train(*args) the first time, which builds the step: logs whether it was compiled or read
+  from the compilation cache `cache` (compile_cache.use), and what that took."""
+  hits, started = compile_cache.hits(), time.perf_counter()
+  outputs = train(*args)
+  how = (f'read from the compilation cache at {cache}' if compile_cache.hits() > hits
+         else 'compiled')
+  logging.info('train step %s in %.1f s', how, time.perf_counter() - started)
+  return outputs
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
   """Pretrains (or resumes pretraining) in `workdir` until config.num_train_steps."""
   validation.validate(config, jax.device_count())
@@ -317,11 +328,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
     total, window_steps, window_start = None, 0, time.perf_counter()
     watch = nonfinite.start()
     for step in range(first_step, config.num_train_steps):
-      batch, started, hits = next(batches), time.perf_counter(), compile_cache.hits()
-      state, stats = train(state, batch, rng_lib.step_key(config, state.rng, step))
-      if step == first_step:  # the first call builds the step: say how, and what it cost
-        logging.info('train step %s in %.1f s', 'read from the compilation cache at ' + cache
-                     if compile_cache.hits() > hits else 'compiled', time.perf_counter() - started)
+      batch, key = next(batches), rng_lib.step_key(config, state.rng, step)
+      state, stats = (first_call(train, cache, state, batch, key) if step == first_step
+                      else train(state, batch, key))
       watch = nonfinite.watch(watch, stats['nonfinite'], state.step)
       total, window_steps = add_stats(total, stats), window_steps + 1
       done = step + 1
