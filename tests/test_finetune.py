@@ -594,7 +594,12 @@ def test_random_init_regression(files, tmp_path):
   assert summary['score_metric'] == 'STS-B spearman'
   assert not (tmp_path / 'stsb' / 'STS-B.tsv').exists()  # this folder has no test split
   # Run again on the finished workdir: each seed resumes at its last step, trains no step, and
-  # reports the same scores (it used to stop on the compiled-once guard: 0 programs).
+  # reports the same scores (it used to stop on the compiled-once guard: 0 programs). Its
+  # config.json as saved before compilation_cache_dir existed: where programs are cached is no
+  # change of recipe.
+  saved = json.loads((tmp_path / 'stsb' / 'config.json').read_text())
+  del saved['compilation_cache_dir']
+  (tmp_path / 'stsb' / 'config.json').write_text(json.dumps(saved))
   again = finetune.fine_tune(config, str(tmp_path / 'stsb'))
   assert again['seeds'] == summary['seeds'] and again['score'] == summary['score']
   # While another process fine-tunes there, a second run is refused before it writes anything.
@@ -678,8 +683,8 @@ def test_the_transformers_head_exports_as_electra_for_sequence_classification(fi
 
 # ---- command lines --------------------------------------------------------------------------
 
-def cli(module, *args):
-  env = {**os.environ, 'JAX_PLATFORMS': 'cpu', 'JAX_NUM_CPU_DEVICES': '1'}
+def cli(module, *args, env=None):
+  env = {**(os.environ if env is None else env), 'JAX_PLATFORMS': 'cpu', 'JAX_NUM_CPU_DEVICES': '1'}
   return subprocess.run([sys.executable, '-m', module, *map(str, args)], env=env, cwd=REPO,
                         capture_output=True, text=True, timeout=300)
 
@@ -696,11 +701,30 @@ def test_hugging_face_directory_fine_tunes_from_the_command_line(files, tmp_path
           hf_dir)
   (hf_dir / 'vocab.txt').write_text((root / 'vocab.txt').read_text())
   out = tmp_path / 'sst2'
-  result = cli('electra_jax.finetune', f'--config={GLUE_CONFIG}', '--config.task=SST-2',
-               f'--config.init_from={hf_dir}', f'--config.data_dir={glue}', f'--workdir={out}',
-               '--config.seeds=0,1', '--config.max_seq_length=32', '--config.batch_size=8',
-               '--config.eval_batch_size=8')
+  # Without the suite's cache, and every program kept however fast it compiled: by default the
+  # compiled programs go to DIR/compilation_cache, and a run elsewhere pointed there reads them.
+  own_cache = {**{k: v for k, v in os.environ.items() if k != 'JAX_COMPILATION_CACHE_DIR'},
+               'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0'}
+  sst2 = lambda workdir, *more: cli(
+      'electra_jax.finetune', f'--config={GLUE_CONFIG}', '--config.task=SST-2',
+      f'--config.init_from={hf_dir}', f'--config.data_dir={glue}', f'--workdir={workdir}',
+      '--config.max_seq_length=32', '--config.batch_size=8', '--config.eval_batch_size=8', *more,
+      env=own_cache)
+  result = sst2(out, '--config.seeds=0,1')
   assert result.returncode == 0, result.stderr[-3000:]
+  cache = out / 'compilation_cache'
+  assert f'0 compiled programs read from the compilation cache at {cache}' in result.stderr
+  written = sorted(p.name for p in cache.iterdir())
+  assert any(name.startswith('jit_train_step-') for name in written)
+  again = sst2(tmp_path / 'elsewhere', '--config.seeds=0', f'--config.compilation_cache_dir={cache}')
+  assert again.returncode == 0, again.stderr[-3000:]
+  read = re.search(r'(\d+) compiled programs read from the compilation cache at (\S+)',
+                   again.stderr)
+  assert read and int(read[1]) >= 2 and read[2] == str(cache), again.stderr[-2000:]
+  assert sorted(p.name for p in cache.iterdir()) == written  # read, not compiled again
+  assert not (tmp_path / 'elsewhere' / 'compilation_cache').exists()
+  assert (json.loads((tmp_path / 'elsewhere' / 'results.json').read_text())['seeds']['0'] ==
+          json.loads((out / 'results.json').read_text())['seeds']['0'])
   # A single-sentence task has no pairs to swap, and its log says nothing of swaps.
   assert re.search(r'(\d+) training examples \(\1 used\), 9 steps', result.stderr)
   assert 'SST-2: SST-2 accuracy' in result.stdout and '(median of 2 seed(s))' in result.stdout

@@ -88,6 +88,11 @@ def get_config():
   # naming the step, and 'skip' goes on, stopping after max_consecutive_skips in a row.
   c.on_nonfinite = 'stop'
   c.max_consecutive_skips = 10
+  # Compiled programs kept on disk, as pretraining's: '' = $JAX_COMPILATION_CACHE_DIR where set,
+  # else DIR/compilation_cache (a rerun or resume there reads them back); a path or gs:// URI
+  # that several runs share (every start of a task at one decay compiles the same programs);
+  # 'none' = off.
+  c.compilation_cache_dir = ''
 
   # Random initialisation only (init_from=''): the model and its vocabulary. With init_from
   # set, both come from there and these are ignored.

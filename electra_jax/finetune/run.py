@@ -4,10 +4,13 @@ GLUE tasks use configs/finetune/glue.py, squad_v1 and squad_v2 configs/finetune/
 configs/finetune/chunk.py: each family's config holds the fields its data and head need.
 """
 
+from absl import logging
 import ml_collections
 
+from electra_jax.core import storage
 from electra_jax.core.errors import UsageError
 from electra_jax.finetune import chunk_run, squad_run, tasks, train
+from electra_jax.training import compile_cache
 
 # A field only the family's config file has, to tell a config file meant for another family.
 _FAMILIES = {'glue': ('tfds_name', train.fine_tune), 'squad': ('doc_stride', squad_run.fine_tune),
@@ -33,4 +36,12 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   if field not in config:
     raise UsageError(f"--config.task={config.task} is a {name} task: pass "
                      f'--config=configs/finetune/{name}.py')
-  return run(config, workdir)
+  cache_setting = config.get('compilation_cache_dir', '')
+  storage.check_uri(cache_setting, '--config.compilation_cache_dir')
+  hits = compile_cache.hits()
+  summary = run(config, workdir)  # points the cache at its place once DIR is accepted
+  cache = compile_cache.cache_dir(cache_setting, workdir)
+  if cache:
+    logging.info('%d compiled programs read from the compilation cache at %s',
+                 compile_cache.hits() - hits, cache)
+  return summary

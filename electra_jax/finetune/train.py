@@ -29,7 +29,7 @@ import optax
 import orbax.checkpoint as ocp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from electra_jax.training import checkpoint, nonfinite
+from electra_jax.training import checkpoint, compile_cache, nonfinite
 from electra_jax.core import config as config_lib, optim as pretrain_optim, run_lock
 from electra_jax.training import train as pretrain
 from electra_jax.core.errors import UsageError
@@ -312,7 +312,7 @@ def run_and_write_seeds(config, workdir: str, start, compiled, total_steps: int,
 
 # Fields that may change between a killed run and its rerun: they change no seed's training.
 RERUN_MAY_CHANGE = ('seeds', 'log_every', 'save_every', 'predict_test', 'eval_batch_size',
-                    'on_nonfinite', 'max_consecutive_skips')
+                    'on_nonfinite', 'max_consecutive_skips', 'compilation_cache_dir')
 
 
 def prepare_workdir(config, workdir: str):
@@ -340,6 +340,8 @@ def prepare_workdir(config, workdir: str):
                        f'({"; ".join(changed[:3])}); use a new --workdir, or the command that '
                        'run was started with to continue it')
   config_lib.save_config(config, workdir)
+  # Only now that DIR is accepted: a refused run leaves no cache folder in it.
+  compile_cache.use(config.get('compilation_cache_dir', ''), workdir)
 
 
 @run_lock.one_run_per_workdir('fine-tuning run')
