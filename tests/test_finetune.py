@@ -628,7 +628,10 @@ def test_the_transformers_head_exports_as_electra_for_sequence_classification(fi
   assert step == summary['budget']['steps']
   assert params['classifier_dense']['kernel'].shape == (32, 32)
   exported = tmp_path / 'hf'
-  assert finetuned.export_seed(str(out), str(exported), seed=0) == step
+  with pytest.raises(UsageError, match="--license='MIT License': give the Hugging Face Hub's"):
+    finetuned.export_seed(str(out), str(exported), seed=0, license_id='MIT License')
+  assert not exported.exists()  # refused before anything was written
+  assert finetuned.export_seed(str(out), str(exported), seed=0, license_id='mit') == step
   hf = transformers.ElectraForSequenceClassification.from_pretrained(str(exported)).eval()
   assert hf.config.id2label == {0: '0', 1: '1'}
   assert hf.config.problem_type == 'single_label_classification'
@@ -651,8 +654,11 @@ def test_the_transformers_head_exports_as_electra_for_sequence_classification(fi
 
   assert_same_logits(hf, params)
   card = (exported / 'README.md').read_text()
-  assert card.startswith('---\nlibrary_name: transformers\ntags:\n- electra\n- electra_jax\n'
-                         '- mrpc\npipeline_tag: text-classification\n---\n')
+  assert card.startswith('---\nlibrary_name: transformers\nlicense: mit\ntags:\n- electra\n'
+                         '- electra_jax\n- mrpc\npipeline_tag: text-classification\n---\n')
+  assert card.endswith("\nThe training text's language is not recorded by electra_jax: add "
+                       '`language:` to the block at the top before publishing, or export with '
+                       '--language.\n')
   assert '| started from | random initialisation (no pretraining) |' in card
   assert f"| dev, this seed (0) | MRPC accuracy {summary['seeds']['0']['MRPC']['accuracy']:.4f}, " \
       in card

@@ -261,6 +261,30 @@ def test_each_export_carries_a_model_card_the_hub_reads(trained, wikitext):
     assert '| training text | `wiki.valid.raw` |' in card
     assert str(wikitext) not in card and str(workdir) not in card  # no local paths
     assert 'held-out' not in card  # this run never evaluated
+    assert card.endswith("The training text's language and the model's license are not "
+                         'recorded by electra_jax: add `language:` and `license:` to the block '
+                         'at the top before publishing, or export with --language and '
+                         '--license.\n')
+
+
+def test_the_text_language_and_license_reach_the_model_card(trained):
+  """--language and --license fill in what the run cannot know, as the Hub reads it; a value
+  the Hub would misread is refused before anything is written."""
+  huggingface_hub = pytest.importorskip('huggingface_hub')
+  workdir, _ = trained
+  out = workdir / 'export-en'
+  check_cli('electra_jax.export', f'--workdir={workdir}', f'--out={out}', '--language=en',
+            '--license=cc-by-sa-3.0')  # WikiText-2's text and license
+  for network in ('discriminator', 'generator'):
+    metadata = huggingface_hub.ModelCard.load(out / network / 'README.md').data.to_dict()
+    assert metadata['language'] == ['en'] and metadata['license'] == 'cc-by-sa-3.0'
+    assert 'not recorded' not in (out / network / 'README.md').read_text()
+  refused = cli('electra_jax.export', f'--workdir={workdir}', f'--out={workdir / "refused"}',
+                '--language=English')
+  assert refused.returncode != 0 and not (workdir / 'refused').exists()
+  assert refused.stderr.strip().splitlines()[-1] == (
+      "electra_jax: error: --language='English': English is not an ISO 639 language code; "
+      'give codes such as en, or en,fr')
 
 
 def test_a_model_card_quotes_the_last_evaluation_up_to_the_exported_step(tmp_path):

@@ -132,9 +132,12 @@ def _existing_outputs(out_dir: str, networks: tuple[str, ...], overwrite: bool) 
   return existing
 
 
-def export_run(workdir: str, out_dir: str, step: int | None = None,
-               overwrite: bool = False) -> Run:
-  """Exports checkpoint `step` (default: the latest) of the run in `workdir` to `out_dir`."""
+def export_run(workdir: str, out_dir: str, step: int | None = None, overwrite: bool = False,
+               language: str = '', license_id: str = '') -> Run:
+  """Exports checkpoint `step` (default: the latest) of the run in `workdir` to `out_dir`; the
+  model cards name `language` (ISO 639 codes, comma-separated) and `license_id` where given."""
+  languages = model_card.languages_of(language)
+  model_card.check_license(license_id)
   if storage.is_uri(out_dir):
     raise UsageError(f"--out='{out_dir}' is not a local path; export to local disk, then copy "
                      'the directory (gcloud storage cp -r)')
@@ -150,5 +153,6 @@ def export_run(workdir: str, out_dir: str, step: int | None = None,
   evaluation = model_card.last_evaluation(workdir, run.step)
   for network, path in written.items():
     with open(os.path.join(path, 'README.md'), 'w', encoding='utf-8') as f:
-      f.write(model_card.model_card(network, run.config, run.step, evaluation))
+      f.write(model_card.model_card(network, run.config, run.step, evaluation, languages,
+                                    license_id))
   return run

@@ -108,8 +108,12 @@ def labels_of(workdir: str, network: str, config: ml_collections.ConfigDict) -> 
     return json.load(f)['labels']  # the tagger's output order
 
 
-def export_seed(workdir: str, out_dir: str, seed: int, overwrite: bool = False) -> int:
-  """Writes seed's fine-tuned model in `workdir` to `out_dir`; returns the step exported."""
+def export_seed(workdir: str, out_dir: str, seed: int, overwrite: bool = False,
+                language: str = '', license_id: str = '') -> int:
+  """Writes seed's fine-tuned model in `workdir` to `out_dir`; returns the step exported. Its
+  model card names `language` and `license_id` where given (hf/model_card.py)."""
+  languages = model_card.languages_of(language)
+  model_card.check_license(license_id)
   config = load_config(workdir)
   network = network_of(config)
   if os.path.exists(out_dir) and os.listdir(out_dir) and not overwrite:
@@ -123,7 +127,8 @@ def export_seed(workdir: str, out_dir: str, seed: int, overwrite: bool = False) 
   results = os.path.join(workdir, 'results.json')
   if os.path.exists(results):  # the run has finished: the card quotes its recipe and scores
     with open(results) as f:
-      card = model_card.finetuned_card(network, hf_config, json.load(f), seed, step)
+      card = model_card.finetuned_card(network, hf_config, json.load(f), seed, step,
+                                       languages, license_id)
     with open(os.path.join(out_dir, 'README.md'), 'w', encoding='utf-8') as f:
       f.write(card)
   return step

@@ -3,17 +3,25 @@
 The Hub reads the YAML block at the top (library, tags, the pipeline the widget runs) and shows
 the rest. Everything in the card is read from the run: its config, the exported step, the FLOPs
 of that many steps (core/flops.py) and its last held-out evaluation up to that step. What the
-run cannot know (the text's language and license) is left for the publisher to add, and file
-paths are cut to their names, so that a card published as written shows no local directories.
+run cannot know (the text's language and license) the publisher gives at export
+(`--language`, `--license`) or adds later, and file paths are cut to their names, so that a card
+published as written shows no local directories.
 """
 
 import json
 import os
+import re
 
 import ml_collections
 
 from electra_jax.core import flops, storage
+from electra_jax.core.errors import UsageError
 from electra_jax.hf import model_config
+
+# The Hub's forms: ISO 639 codes (en, fr, zh-Hant), and its license identifiers (apache-2.0,
+# cc-by-sa-4.0, other); a value outside them would be a card the Hub misreads.
+LANGUAGE_CODE = re.compile(r'[a-z]{2,3}(-[A-Za-z0-9]{2,8})*')
+LICENSE_ID = re.compile(r'[a-z0-9][a-z0-9.+-]*')
 
 # Each exported network's title, the transformers class it loads with, what it computes, and
 # the Hub pipeline its widget runs (None: the Hub has none for replaced-token detection).
@@ -68,24 +76,57 @@ def encoder_text(hf: dict) -> str:
           f"embeddings {hf['embedding_size']}; {hf['vocab_size']:,} vocabulary pieces")
 
 
+def languages_of(language: str) -> tuple[str, ...]:
+  """--language's codes (comma-separated), each checked; UsageError names a bad one."""
+  codes = tuple(code.strip() for code in language.split(',') if code.strip())
+  bad = [code for code in codes if not LANGUAGE_CODE.fullmatch(code)]
+  if bad:
+    raise UsageError(f"--language={language!r}: {', '.join(bad)} is not an ISO 639 language "
+                     'code; give codes such as en, or en,fr')
+  return codes
+
+
+def check_license(license_id: str):
+  if license_id and not LICENSE_ID.fullmatch(license_id):
+    raise UsageError(f"--license={license_id!r}: give the Hugging Face Hub's license "
+                     'identifier, such as apache-2.0, cc-by-sa-4.0, or other')
+
+
+def missing_metadata(languages: tuple[str, ...], license_id: str) -> list[str]:
+  """The card's closing lines: what the publisher has still to add, if anything."""
+  missing = {name: what for name, what, given in (
+      ('language', "the training text's language", languages),
+      ('license', "the model's license", license_id)) if not given}
+  if not missing:
+    return []
+  fields = ' and '.join(f'`{name}:`' for name in missing)
+  flags = ' and '.join(f'--{name}' for name in missing)
+  verb = 'is' if len(missing) == 1 else 'are'
+  what = ' and '.join(missing.values())
+  return ['', f'{what[0].upper()}{what[1:]} {verb} not recorded by electra_jax: add {fields} '
+              f'to the block at the top before publishing, or export with {flags}.']
+
+
 def card(tags, pipeline: str | None, title: str, intro: str, class_name: str,
-         section: str, rows: list[tuple[str, str]]) -> str:
+         section: str, rows: list[tuple[str, str]], languages: tuple[str, ...] = (),
+         license_id: str = '') -> str:
   """A model card: the YAML block, a title, how to load the model, and one table."""
-  front = ['---', 'library_name: transformers', 'tags:',
+  front = ['---', 'library_name: transformers',
+           *(['language:', *(f'- {code}' for code in languages)] if languages else []),
+           *([f'license: {license_id}'] if license_id else []), 'tags:',
            *(f'- {tag}' for tag in dict.fromkeys(tags)),
            *([f'pipeline_tag: {pipeline}'] if pipeline else []), '---']
   use = ['```python', f'from transformers import AutoTokenizer, {class_name}', '',
          'tokenizer = AutoTokenizer.from_pretrained("PATH_OR_REPO")',
          f'model = {class_name}.from_pretrained("PATH_OR_REPO")', '```']
   table = ['| | |', '|---|---|'] + [f'| {name} | {value} |' for name, value in rows]
-  body = [f'# {title}', '', intro, '', *use, '', f'## {section}', '', *table, '',
-          'The language and license of the training text are not recorded by electra_jax: add '
-          'them here, and `language:` and `license:` to the block at the top, before publishing.']
+  body = [f'# {title}', '', intro, '', *use, '', f'## {section}', '', *table,
+           *missing_metadata(languages, license_id)]
   return '\n'.join(front + [''] + body) + '\n'
 
 
 def model_card(network: str, config: ml_collections.ConfigDict, step: int,
-               evaluation: dict) -> str:
+               evaluation: dict, languages: tuple[str, ...] = (), license_id: str = '') -> str:
   """The README.md of the exported `network` of a run at `step`."""
   title, class_name, computes, pipeline = NETWORKS[network]
   tokens = step * config.batch_size * config.max_seq_length
@@ -113,7 +154,7 @@ def model_card(network: str, config: ml_collections.ConfigDict, step: int,
               f'{title}, pretrained with electra_jax',
               f'Step {step:,} of an electra_jax pretraining run, exported as `{class_name}`. '
               'For a task, load it with `AutoModelForSequenceClassification` (or another task '
-              'class) and fine-tune.', class_name, 'Pretraining', rows)
+              'class) and fine-tune.', class_name, 'Pretraining', rows, languages, license_id)
 
 
 # A fine-tuned network's transformers class and Hub pipeline (hf/finetuned.py's networks).
@@ -137,7 +178,8 @@ def start_text(results: dict) -> str:
   return f"the pretrained encoder `{os.path.basename(results['init_from'].rstrip('/'))}`"
 
 
-def finetuned_card(network: str, hf_config: dict, results: dict, seed: int, step: int) -> str:
+def finetuned_card(network: str, hf_config: dict, results: dict, seed: int, step: int,
+                   languages: tuple[str, ...] = (), license_id: str = '') -> str:
   """The README.md of seed `seed` of a fine-tuning run (its results.json), exported."""
   class_name, pipeline = FINETUNED[network]
   budget = results['budget']
@@ -158,4 +200,4 @@ def finetuned_card(network: str, hf_config: dict, results: dict, seed: int, step
   return card(['electra', 'electra_jax', results['task'].lower()], pipeline,
               f"ELECTRA fine-tuned on {results['task']}, with electra_jax",
               f'Seed {seed} of an electra_jax fine-tuning run, exported as `{class_name}`.',
-              class_name, 'Fine-tuning', rows)
+              class_name, 'Fine-tuning', rows, languages, license_id)
