@@ -3,9 +3,9 @@
 The Hub reads the YAML block at the top (library, tags, the pipeline the widget runs) and shows
 the rest. Everything in the card is read from the run: its config, the exported step, the FLOPs
 of that many steps (core/flops.py) and its last held-out evaluation up to that step. What the
-run cannot know (the text's language and license) the publisher gives at export
-(`--language`, `--license`) or adds later, and file paths are cut to their names, so that a card
-published as written shows no local directories.
+run cannot know (its text's language, the license it is published under) the publisher gives at
+export (`--language`, `--license`) or adds later, and file paths are cut to their names, so that
+a card published as written shows no local directories.
 """
 
 import json
@@ -87,6 +87,7 @@ def languages_of(language: str) -> tuple[str, ...]:
 
 
 def check_license(license_id: str):
+  """UsageError unless `license_id` is empty or has the form of the Hub's license ids."""
   if license_id and not LICENSE_ID.fullmatch(license_id):
     raise UsageError(f"--license={license_id!r}: give the Hugging Face Hub's license "
                      'identifier, such as apache-2.0, cc-by-sa-4.0, or other')
