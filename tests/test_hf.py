@@ -7,6 +7,7 @@ and a swapped or dropped tensor cannot go unnoticed.
 """
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -14,8 +15,10 @@ import sys
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1')  # everything below must work without a network
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 import safetensors.numpy
@@ -28,6 +31,7 @@ from electra_jax.data import packing, vocab as vocab_lib
 from electra_jax.core.errors import UsageError
 from electra_jax.hf import exporting, files, importing
 from electra_jax.core.model import Electra, MaskedLM, init_params
+from electra_jax.finetune import init as finetune_init, model as finetune_model
 from electra_jax.objective import masking, mlm
 from test_tokenizer_export import google_vocab
 
@@ -462,6 +466,95 @@ def test_google_discriminator_with_wordpiece_imports_and_pretrains(tmp_path, wik
   assert pairs['input_ids'] == ours
 
 
+# ---- BERT checkpoints: the discriminator's encoder --------------------------------------------
+
+def bert_checkpoint(directory, wikitext, architecture, seed=3):
+  """A jittered random transformers BERT as save_pretrained writes it, with a Google-style
+  vocab.txt beside it; returns its BertModel, the encoder to compare with."""
+  torch.manual_seed(seed)
+  net = getattr(transformers, architecture)(transformers.BertConfig(
+      vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+      intermediate_size=128, max_position_embeddings=128))
+  with torch.no_grad():
+    for parameter in net.parameters():
+      parameter.add_(0.05 * torch.randn_like(parameter))
+  net.save_pretrained(directory)
+  google_vocab(directory / 'vocab.txt', wikitext)
+  (directory / 'tokenizer_config.json').write_text('{"do_lower_case": true}')
+  return net if architecture == 'BertModel' else net.bert
+
+
+class SequenceOutput(nn.Module):
+  """The discriminator's sequence output, as fine-tuning computes it (finetune.model.encode)."""
+  config: ml_collections.ConfigDict
+  dtype: jnp.dtype = jnp.float32
+  attention: str = 'auto'
+
+  @nn.compact
+  def __call__(self, input_ids, segment_ids):
+    return finetune_model.encode(self, input_ids, segment_ids, deterministic=True)
+
+
+def hidden_state_difference(params, model, bert_model):
+  input_ids, segment_ids = pair_batch(1000, cls=101, sep=102)
+  ours = jax.device_get(SequenceOutput(model).apply({'params': params}, input_ids, segment_ids))
+  with torch.no_grad():
+    theirs = bert_model.eval()(input_ids=torch.tensor(input_ids),
+                               token_type_ids=torch.tensor(segment_ids),
+                               attention_mask=torch.tensor(input_ids != 0)).last_hidden_state
+  return max_difference(ours, theirs.numpy(), input_ids)
+
+
+@pytest.mark.parametrize('architecture,left_out', [
+    ('BertModel', 'pooler.dense.weight'),
+    ('BertForMaskedLM', 'cls.predictions.transform.dense.weight'),
+    ('BertForPreTraining', 'cls.seq_relationship.weight')])
+def test_a_bert_checkpoint_starts_fine_tuning_as_its_encoder(tmp_path, wikitext, caplog,
+                                                            architecture, left_out):
+  """BERT's encoder is ELECTRA's discriminator with E = H: fine-tuning from a BERT directory
+  computes transformers' BertModel sequence output, and the log names what was left out."""
+  bert_model = bert_checkpoint(tmp_path / 'bert', wikitext, architecture)
+  with caplog.at_level(logging.INFO, logger='absl'):
+    start = finetune_init.from_hf(str(tmp_path / 'bert'))
+  assert 'read as an ELECTRA discriminator\'s encoder' in caplog.text and left_out in caplog.text
+  assert start.model.embedding_size == start.model.hidden_size == 64
+  assert 'embeddings_project' not in start.params['discriminator']
+  assert (start.vocab.cls_id, start.vocab.sep_id) == (101, 102)
+  difference = hidden_state_difference(start.params, start.model, bert_model)
+  print(f'{architecture} -> fine-tuning start: max abs hidden-state difference {difference:.2e}')
+  assert difference <= TOLERANCE
+
+
+def test_a_bert_checkpoint_imports_for_electra_pretraining(tmp_path, wikitext):
+  """import_hf: the BERT is the discriminator's encoder; its replaced-token head and the
+  generator start afresh. A file with TensorFlow-era LayerNorm names (gamma, beta) reads the
+  same."""
+  bert_model = bert_checkpoint(tmp_path / 'bert', wikitext, 'BertForPreTraining')
+  tensors = safetensors.numpy.load_file(str(tmp_path / 'bert' / 'model.safetensors'))
+  old_names = {name.replace('LayerNorm.weight', 'LayerNorm.gamma')
+               .replace('LayerNorm.bias', 'LayerNorm.beta'): value
+               for name, value in tensors.items()}
+  assert len(old_names) == len(tensors) and 'bert.embeddings.LayerNorm.gamma' in old_names
+  shutil.copytree(tmp_path / 'bert', tmp_path / 'old')
+  safetensors.numpy.save_file(old_names, str(tmp_path / 'old' / 'model.safetensors'),
+                              metadata={'format': 'pt'})
+  for name in ('bert', 'old'):
+    config = importing.import_checkpoint(import_config(), str(tmp_path / f'run_{name}'),
+                                         str(tmp_path / name))
+    assert config.model.embedding_size == 64 and config.model.num_layers == 2
+    run = exporting.load_run(str(tmp_path / f'run_{name}'))
+    assert set(run.params) >= {'embeddings', 'discriminator', 'discriminator_head', 'generator'}
+    assert hidden_state_difference(run.params, run.config.model, bert_model) <= TOLERANCE
+
+
+def test_a_fine_tuned_bert_is_refused_by_name(tmp_path, wikitext):
+  bert_checkpoint(tmp_path / 'bert', wikitext, 'BertForSequenceClassification')
+  with pytest.raises(UsageError) as error:
+    finetune_init.from_hf(str(tmp_path / 'bert'))
+  assert 'BertForSequenceClassification' in str(error.value)
+  assert 'BertForMaskedLM' in str(error.value)  # names what it takes instead
+
+
 # ---- mistakes: one clear message -------------------------------------------------------------
 
 @pytest.fixture(scope='module')
@@ -499,8 +592,9 @@ def edited_copy(hf_pair_dir, tmp_path, edit_tensors=None, edit_config=None):
 def test_not_a_checkpoint_directory(tmp_path, hf_pair_dir):
   (tmp_path / 'empty').mkdir()
   assert 'no config.json' in import_error(tmp_path, tmp_path / 'empty')
-  bert = edited_copy(hf_pair_dir, tmp_path, edit_config=lambda c: c.update(model_type='bert'))
-  assert '"bert" model, not ELECTRA' in import_error(tmp_path, bert)
+  roberta = edited_copy(hf_pair_dir, tmp_path, edit_config=lambda c: c.update(
+      model_type='roberta'))
+  assert '"roberta" model, not ELECTRA' in import_error(tmp_path, roberta)
 
 
 def test_missing_unexpected_and_misshapen_tensors(tmp_path, hf_pair_dir):

@@ -4,7 +4,8 @@
     `discriminator` parameters, the run's model config and its vocabulary; the generator (or,
     for a run of objective 'mlm', the MLM head) is dropped;
   * a Hugging Face directory (ElectraForPreTraining, e.g. google/electra-small-discriminator, or
-    one holding discriminator/ as our export writes it): converted by electra_jax.hf;
+    one holding discriminator/ as our export writes it; or a pretrained BERT, whose encoder is
+    the discriminator's, hf/bert.py): converted by electra_jax.hf;
   * '' (random initialisation, the baseline): the model section and vocabulary of the config.
 
 Either way the task head starts at random, from each fine-tuning seed.
@@ -103,7 +104,7 @@ def _load_start(config: ml_collections.ConfigDict) -> Start:
     return random_start(config.model, config.vocab)
   if not os.path.isdir(path):
     raise UsageError(f"config.init_from '{path}' is not a directory; pass a pretraining run's "
-                     'workdir, a Hugging Face ELECTRA directory, or \'\' for random init')
+                     'workdir, a Hugging Face ELECTRA (or BERT) directory, or \'\' for random init')
   step = config.get('init_step', 0)
   if not is_run(path):
     if step:

@@ -11,11 +11,12 @@ import json
 import os
 from typing import Any, NamedTuple
 
+from absl import logging
 import numpy as np
 import safetensors.numpy
 
 from electra_jax.core.errors import UsageError
-from electra_jax.hf import model_config
+from electra_jax.hf import bert, model_config
 
 WEIGHTS = 'model.safetensors'
 WEIGHTS_INDEX = 'model.safetensors.index.json'
@@ -25,8 +26,11 @@ PICKLED_WEIGHTS = 'pytorch_model.bin'
 class ModelDir(NamedTuple):
   path: str
   kind: str                      # 'discriminator' or 'generator'
-  config: dict[str, Any]         # the parsed config.json
+  config: dict[str, Any]         # the parsed config.json (a BERT's as ElectraConfig's fields)
   tensors: dict[str, np.ndarray]
+  # How the tensors are laid out (a name in params.NETWORKS): the kind's, or 'encoder' for a
+  # BERT, whose encoder has no replaced-token head.
+  network: str
 
 
 def write_model_dir(path: str, config: dict[str, Any], tensors: dict[str, np.ndarray]):
@@ -116,8 +120,18 @@ def _kind(config: dict[str, Any], tensors: dict[str, np.ndarray], path: str) -> 
 
 
 def read_model_dir(path: str, allow_pickle: bool = False) -> ModelDir:
-  """Reads and checks one ELECTRA model directory (config and weights, not the vocabulary)."""
-  config = read_config(path)
-  model_config.check_supported(config, os.path.join(path, 'config.json'))
+  """Reads and checks one ELECTRA model directory (config and weights, not the vocabulary), or
+  a BERT one as the discriminator's encoder (hf/bert.py)."""
+  config, source = read_config(path), os.path.join(path, 'config.json')
+  if bert.is_bert(config):
+    config = bert.electra_config(config, source)
+    model_config.check_supported(config, source)
+    tensors, left_out = bert.electra_tensors(read_tensors(path, allow_pickle))
+    logging.info("'%s' is a BERT checkpoint, read as an ELECTRA discriminator's encoder; left "
+                 'out: %d tensors of its pooler and pretraining heads (%s)', path, len(left_out),
+                 ', '.join(left_out) or 'none')
+    return ModelDir(path, 'discriminator', config, tensors, 'encoder')
+  model_config.check_supported(config, source)
   tensors = read_tensors(path, allow_pickle)
-  return ModelDir(path, _kind(config, tensors, path), config, tensors)
+  kind = _kind(config, tensors, path)
+  return ModelDir(path, kind, config, tensors, kind)

@@ -105,7 +105,8 @@ def load_vocab_for(vocab_path: str, model: ml_collections.ConfigDict,
 def convert(model_dirs: dict[str, files.ModelDir], target: dict[str, Any]
             ) -> dict[str, dict[str, Any]]:
   """Each given network's weights as our subtrees, checked against `target`'s shapes."""
-  return {kind: params_lib.from_hf(d.tensors, kind, target, os.path.join(d.path, files.WEIGHTS))
+  return {kind: params_lib.from_hf(d.tensors, d.network, target,
+                                   os.path.join(d.path, files.WEIGHTS))
           for kind, d in model_dirs.items()}
 
 

@@ -84,7 +84,8 @@ def check_supported(config: dict, source: str):
   """Refuses a config whose network would compute something other than ours."""
   if config.get('model_type') != 'electra':
     raise UsageError(f'{source} describes a "{config.get("model_type")}" model, not ELECTRA '
-                     '(model_type "electra"); point at an ELECTRA checkpoint directory')
+                     '(model_type "electra") or BERT ("bert"); point at an ELECTRA or BERT '
+                     'checkpoint directory')
   for name in _REQUIRED:
     _field(config, name, source)
   problems = []

@@ -33,6 +33,8 @@ NETWORKS = {
     'discriminator': Network('discriminator', 'discriminator_head', 'discriminator'),
     'generator': Network('generator', 'generator_head', 'generator'),
     'mlm': Network('discriminator', 'mlm_head', 'generator'),
+    # A bare encoder (a BERT checkpoint, hf/bert.py), import only: it has no head.
+    'encoder': Network('discriminator', '', 'encoder'),
     # Fine-tuned models (hf/finetuned.py), export only: the discriminator under a task's head.
     'qa': Network('discriminator', 'qa_outputs', 'qa'),
     'tagger': Network('discriminator', 'classifier', 'tagger'),
@@ -96,11 +98,11 @@ def name_pairs(network: str, num_layers: int, has_projection: bool) -> list[Pair
   elif kind == 'discriminator':
     pairs += _linear('discriminator_predictions.dense', (head, 'dense'))
     pairs += _linear('discriminator_predictions.dense_prediction', (head, 'prediction'))
-  else:
+  elif kind == 'generator':
     pairs += _linear('generator_predictions.dense', (head, 'dense'))
     pairs += _layer_norm('generator_predictions.LayerNorm', (head, 'layer_norm'))
     pairs.append(Pair('generator_lm_head.bias', (head, 'output_bias'), False))
-  return pairs
+  return pairs  # kind 'encoder': no head
 
 
 def _structure(params: Mapping[str, Any], network: str) -> tuple[int, bool]:
@@ -137,7 +139,8 @@ def _listing(names, limit=4) -> str:
 
 def from_hf(tensors: Mapping[str, np.ndarray], kind: str, target: Mapping[str, Any],
             source: str) -> dict[str, Any]:
-  """Our subtrees (embeddings, the network, its head) from the HF `kind` network's tensors.
+  """Our subtrees (embeddings, the network, its head) from the HF `kind` network's tensors
+  ('discriminator', 'generator', or 'encoder': the discriminator's without its head).
 
   `target` is our full parameter tree (arrays or shape structs) for the model the HF config
   describes; every tensor must be there with the shape it implies, and nothing else may be.
@@ -177,4 +180,4 @@ def from_hf(tensors: Mapping[str, np.ndarray], kind: str, target: Mapping[str, A
 
 
 def _class_hint(kind: str) -> str:
-  return 'ForPreTraining' if kind == 'discriminator' else 'ForMaskedLM'
+  return {'discriminator': 'ForPreTraining', 'generator': 'ForMaskedLM'}.get(kind, 'Model')
