@@ -5,9 +5,10 @@ python -m electra_jax.import_hf --hf_dir=DIR [--generator_dir=DIR] [--vocab=PATH
 
 --hf_dir is one model directory (ElectraForPreTraining or ElectraForMaskedLM, e.g. a local copy
 of google/electra-small-discriminator) or a directory holding discriminator/ and generator/ (what
-electra_jax.export writes). The run's model comes from the checkpoint; the config file supplies
-the rest (optimizer, data, steps). Then continue pretraining with electra_jax.main and the
-same config, plus the --config.model flags this command prints.
+electra_jax.export writes), or a pretrained BERT (BertModel, BertForMaskedLM, BertForPreTraining),
+read as the discriminator's encoder (hf/bert.py). The run's model comes from the checkpoint; the
+config file supplies the rest (optimizer, data, steps). Then continue pretraining with
+electra_jax.main and the same config, plus the --config.model flags this command prints.
 """
 
 from absl import app, flags
@@ -19,8 +20,8 @@ USAGE = ('python -m electra_jax.import_hf --hf_dir=DIR [--generator_dir=DIR] [--
          '[--allow_pickle] --workdir=NEW_RUN --config=configs/<size>.py')
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Run config file (configs/*.py).',
                                           lock_config=True)
-_HF_DIR = flags.DEFINE_string('hf_dir', None, 'Hugging Face ELECTRA model directory, or one '
-                              'holding discriminator/ and generator/.')
+_HF_DIR = flags.DEFINE_string('hf_dir', None, 'Hugging Face ELECTRA model directory, one '
+                              'holding discriminator/ and generator/, or a pretrained BERT.')
 _GENERATOR_DIR = flags.DEFINE_string('generator_dir', None, 'The generator (ElectraForMaskedLM) '
                                      'when it lives in a directory of its own.')
 _VOCAB = flags.DEFINE_string('vocab', None, 'Vocabulary (WordPiece vocab.txt or sentencepiece '
