@@ -235,8 +235,8 @@ def test_a_metrics_line_cut_by_a_kill_is_dropped_on_resume(tmp_path):
 # ---- damaged checkpoints, and checkpoints of another run ---------------------------------------
 
 def truncate_array_files(checkpoint):
-  # Every data file, not only the largest: once in CI (a checkpoint with 10 data files) the
-  # largest alone cut in half still restored, so the damage never reached what was read.
+  # Every data file, not only the largest: once in CI the largest alone cut in half still
+  # restored, so the damage never reached what was read.
   for file in checkpoint.rglob('ocdbt.process_0/d/*'):
     file.write_bytes(file.read_bytes()[:file.stat().st_size // 2])
 

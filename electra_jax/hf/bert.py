@@ -13,7 +13,6 @@ layer on [CLS] that BERT's own classifiers read; ELECTRA's head reads [CLS] dire
 pretraining heads (`cls.*`: masked LM and next-sentence prediction).
 """
 
-import re
 from typing import Any
 
 import numpy as np
@@ -54,7 +53,7 @@ def electra_tensors(tensors: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarra
   """BERT's encoder tensors under ElectraModel's names, and the names of those left out."""
   renamed, left_out = {}, []
   for name, value in tensors.items():
-    bare = re.sub(r'^bert\.', '', name)
+    bare = name.removeprefix('bert.')
     if bare.startswith(LEFT_OUT):
       left_out.append(name)
     else:
