@@ -32,8 +32,8 @@ import time
 import finetune_glue
 import study_parts
 import transfer_report
-from electra_jax.core import run_lock
-from electra_jax.core.errors import UsageError
+from electra_jax.common import run_lock
+from electra_jax.common.errors import UsageError
 from electra_jax.training.report import format_duration
 
 SHARED = os.path.join(os.path.dirname(finetune_glue.REPO), 'shared', 'data')

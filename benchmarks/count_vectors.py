@@ -41,9 +41,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import linear_probe
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 from electra_jax.data import store, vocab as vocab_lib
-from electra_jax.finetune import features, init
+from electra_jax.finetune.glue import features
+from electra_jax.finetune import init
 
 TABLE_RMS = 0.02   # the word table's initial scale (model init's normal(0.02))
 CONTEXT_POWER = 0.75  # smooths the context distribution, so rare contexts do not dominate PMI

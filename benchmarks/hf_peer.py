@@ -37,9 +37,9 @@ import torch.nn.functional as F
 import transformers
 
 from electra_jax import benchmark, objective
-from electra_jax.core import flops
-from electra_jax.core.config import load_config_file
-from electra_jax.core.model import generator_width
+from electra_jax.training import flops
+from electra_jax.common.config import load_config_file
+from electra_jax.model.networks import generator_width
 
 REPO = Path(__file__).resolve().parents[1]
 SPECIAL = objective.SpecialIds()

@@ -12,7 +12,7 @@ embedding block's output) is fitted on the training features, its L2 strength ch
 fifth of them held out, and scored on dev. Fine-tuning scores mix what the encoder knows with
 how easily it is moved; a probe measures the first alone, so probes across checkpoints show
 whether pretraining is still adding anything a classifier can use, FLOPs for FLOPs
-(electra_jax/core/flops.py counts each run's step). Prints a table and writes every score to --out.
+(electra_jax/training/flops.py counts each run's step). Prints a table and writes every score to --out.
 """
 
 import argparse
@@ -31,8 +31,10 @@ sys.path.insert(0, REPO)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from electra_jax.training import checkpoint
-from electra_jax.core import flops, model as pretrain_model
-from electra_jax.finetune import features, glue_data, init, model as model_lib, tasks
+from electra_jax.training import flops
+from electra_jax.model import networks as pretrain_model
+from electra_jax.finetune.glue import features, data as glue_data, tasks
+from electra_jax.finetune import init, model as model_lib
 from electra_jax.hf import exporting
 
 FEATURES = ('cls', 'mean', 'embeddings_mean')

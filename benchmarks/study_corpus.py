@@ -10,7 +10,7 @@ import glob
 import os
 import random
 
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 
 
 def corpus_folders(corpus: str) -> list[str]:

@@ -17,7 +17,7 @@ import threading
 import time
 
 from finetune_glue import REPO  # where parts run: each is `python -m electra_jax.<program>`
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 from electra_jax.training.report import format_duration
 
 

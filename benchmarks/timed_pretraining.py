@@ -29,7 +29,7 @@ import types
 
 import study_parts
 import transfer_study
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 from electra_jax.data import store
 
 

@@ -13,8 +13,8 @@ import os
 import ml_collections
 import transfer_plots
 
-from electra_jax.core import flops
-from electra_jax.core.errors import UsageError
+from electra_jax.training import flops
+from electra_jax.common.errors import UsageError
 from electra_jax.training.report import format_duration
 
 TASKS = ('SST-2', 'MRPC')

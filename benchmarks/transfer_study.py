@@ -11,7 +11,7 @@ commands are compared with their folders named by role, see roots()):
             electra_jax.prepare (which detects each file's format); then
             electra_jax.main on it twice: ELECTRA for the config's steps (DIR/electra), and
             config.objective=mlm (DIR/mlm) for as many steps as cost the same model FLOPs
-            (electra_jax/core/flops.py). main resumes an interrupted run from its checkpoint.
+            (electra_jax/training/flops.py). main resumes an interrupted run from its checkpoint.
   finetune  electra_jax.finetune with the paper's recipe on SST-2 (a fixed random subset) and
             MRPC, for every seed, from each pretrained encoder and from random initialisation,
             each with the recipe's layer-wise decay (DIR/finetune/<start>-<task>) and with none
@@ -47,9 +47,10 @@ import finetune_glue
 import study_corpus
 import study_parts
 import transfer_report
-from electra_jax.core import config as config_lib, flops, run_lock
+from electra_jax.common import config as config_lib, run_lock
+from electra_jax.training import flops
 from electra_jax.data import store
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 
 REPO = finetune_glue.REPO
 SHARED = os.path.join(os.path.dirname(REPO), 'shared', 'data')

@@ -1,6 +1,6 @@
 """ELECTRA-Base as in the paper: generator 1/3 of the discriminator's width, 766k steps at 512."""
 
-from electra_jax.core.config import default_config
+from electra_jax.common.config import default_config
 
 
 def get_config():

@@ -1,6 +1,6 @@
 """ELECTRA-Large as in the paper: 24 layers, 25% masking, generator 1/4 of the width."""
 
-from electra_jax.core.config import default_config
+from electra_jax.common.config import default_config
 
 
 def get_config():

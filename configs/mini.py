@@ -10,7 +10,7 @@ budget", has the runs. What it is for: showing, on a laptop-class CPU, whether p
 something that fine-tuning can use. It is far too small and short for results of their own.
 """
 
-from electra_jax.core.config import default_config
+from electra_jax.common.config import default_config
 
 
 def get_config():

@@ -1,6 +1,6 @@
 """ELECTRA-Small as in the paper: 14M-parameter discriminator, generator 1/4 of its width."""
 
-from electra_jax.core.config import default_config
+from electra_jax.common.config import default_config
 
 
 def get_config():

@@ -4,7 +4,7 @@ python -m electra_jax.main --config=configs/tiny.py --workdir=runs/tiny \
     --config.data.train_files=../shared/data/wikitext-2-raw/wiki.valid.raw
 """
 
-from electra_jax.core.config import default_config
+from electra_jax.common.config import default_config
 
 
 def get_config():

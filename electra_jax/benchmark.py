@@ -10,23 +10,13 @@ median is reported as one JSON line (`result_record` lists the fields). `--steps
 training loop runs them, each dispatched while the device works on the one before, and their mean
 is `pipelined_step_s`: less than the median by the host's work per step where that is hidden.
 
-With --topology=NAME (v4-8, v5litepod-8, v6e-8, v4-32, ...) nothing runs: the same step is
-compiled for that TPU slice on this host, which needs libtpu but no TPU, and the line reports
-what the step will cost there (electra_jax/training/aot.py): bytes per chip against HBM, the largest
-per-chip batch that fits with and without remat, XLA's FLOPs and bytes next to core/flops.py's, a
-roofline lower bound on the step time, the collectives, and the compile time. --step=finetune
-compiles the fine-tuning step instead (configs/finetune/glue.py's recipe on --config's model).
-
-python -m electra_jax.benchmark --config=configs/base.py --topology=v4-8 [--config.x=y ...]
-
-FLOPs are the analytic model FLOPs of `core/flops.py` for the config's objective
+FLOPs are the analytic model FLOPs of `training/flops.py` for the config's objective
 (`--config.objective=mlm` times BERT's masked LM). The peak is the data-sheet bfloat16 peak of
 an accelerator (`flops.PEAK_BF16_FLOPS`), or, on a CPU, the best rate of a large matmul in the
 step's dtype, measured in the same process.
 """
 
 import json
-from pathlib import Path
 import statistics
 import time
 
@@ -37,14 +27,14 @@ import ml_collections
 from ml_collections import config_flags
 import numpy as np
 
-from electra_jax.core import cli, flops, optim, validation
+from electra_jax.common import cli
+from electra_jax.training import flops, optim, validation
 from electra_jax import objective
 from electra_jax.training import rng as rng_lib, train
-from electra_jax.core.layers import attention_kernel
+from electra_jax.model.layers import attention_kernel
 
 USAGE = ('python -m electra_jax.benchmark --config=configs/small.py [--config.batch_size=B '
-         '--config.max_seq_length=L ...] [--steps=N | --topology=v4-8 [--step=finetune]]')
-FINETUNE_CONFIG = str(Path(__file__).resolve().parents[1] / 'configs' / 'finetune' / 'glue.py')
+         '--config.max_seq_length=L ...] [--steps=N]')
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Run config file (configs/*.py).',
                                           lock_config=True)
@@ -52,19 +42,8 @@ _STEPS = flags.DEFINE_integer('steps', 50, 'Timed steps (after compilation and w
 _WARMUP = flags.DEFINE_integer('warmup', 3, 'Untimed steps after the compiling one.')
 _MATMUL_SIZE = flags.DEFINE_integer('peak_matmul_size', 2048,
                                     'Side of the square matmul that measures a CPU\'s peak.')
-_TOPOLOGY = flags.DEFINE_string(
-    'topology', None, 'Compile for this TPU slice instead of running (v4-8, v5litepod-8, v6e-8, '
-    'v4-32, ...): needs libtpu, no TPU.')
-_STEP = flags.DEFINE_enum('step', 'pretrain', ['pretrain', 'finetune'],
-                          'With --topology: which step to compile.')
-_SEARCH = flags.DEFINE_bool('search_batch', True, 'With --topology (pretrain): search the largest '
-                            'per-chip batch that fits, with and without remat (several compiles).')
-_FINETUNE_CONFIG = config_flags.DEFINE_config_file(
-    'finetune_config', FINETUNE_CONFIG, 'With --step=finetune: the fine-tuning recipe; the model '
-    'is --config\'s.', lock_config=True)
-_FINETUNE_EXAMPLES = flags.DEFINE_integer(
-    'finetune_examples', 67349, 'With --step=finetune: training examples held on the devices '
-    '(67,349: SST-2).')
+_TOPOLOGY = flags.DEFINE_string('topology', None, 'Moved: python -m electra_jax.compile '
+                                 '--config=... --topology=NAME.')
 flags.mark_flags_as_required(['config'])
 
 # Distinct batches cycled through: enough that no step sees the previous step's data.
@@ -250,34 +229,12 @@ def benchmark_config(config: ml_collections.ConfigDict) -> ml_collections.Config
   return config
 
 
-def compile_for_topology(config: ml_collections.ConfigDict, topology: str, step: str,
-                         search_batch: bool = True,
-                         finetune_config: ml_collections.ConfigDict | None = None,
-                         finetune_examples: int = 67349) -> dict:
-  """The --topology record: `step` compiled for the TPU slice `topology` (see training/aot.py)."""
-  from electra_jax.training import aot  # pylint: disable=g-import-not-at-top
-  from electra_jax.finetune import settings, tasks  # pylint: disable=g-import-not-at-top
-  sliced = aot.slice_devices(topology)
-  if step == 'pretrain':
-    checked = ml_collections.ConfigDict(config.to_dict())
-    checked.data.update(train_files='(synthetic)', sources='', prepared_dir='')
-    validation.validate(checked, len(sliced.devices))
-    return aot.pretrain_report(config, sliced, search_batch)
-  task = tasks.get_task(finetune_config.task or 'SST-2')
-  resolved = settings.resolve(finetune_config, task, config.model, len(sliced.devices))
-  return aot.finetune_report(resolved, sliced, finetune_examples, task.num_outputs)
-
-
 def main(argv):
   if len(argv) > 1:
     cli.fail(f'unexpected arguments: {" ".join(argv[1:])}')
   if _TOPOLOGY.value:
-    # Compiling for a described slice needs no accelerator here; keep JAX off any local one.
-    jax.config.update('jax_platforms', 'cpu')
-    record = cli.run(compile_for_topology, _CONFIG.value, _TOPOLOGY.value, _STEP.value,
-                     _SEARCH.value, _FINETUNE_CONFIG.value, _FINETUNE_EXAMPLES.value)
-    print(json.dumps(record), flush=True)
-    return
+    cli.fail('compiling for a TPU slice is its own command now: python -m electra_jax.compile '
+             f'--config=... --topology={_TOPOLOGY.value}')
   config = cli.run(benchmark_config, _CONFIG.value)
   record = run(config, _STEPS.value, _WARMUP.value, _MATMUL_SIZE.value)
   print(json.dumps(record), flush=True)

@@ -9,7 +9,7 @@ from checkpoint N.
 With the --workdir of a fine-tuning run, it writes one seed's model (--seed, default 0) as DIR
 itself: SQuAD's 'plain' head as ElectraForQuestionAnswering, chunking as
 ElectraForTokenClassification, GLUE's 'transformers' head as ElectraForSequenceClassification
-(hf/finetuned.py).
+(finetune/export.py).
 
 Each directory gets a model card (README.md) read from the run; --language and --license put
 what the run cannot know, the text's language and license, into the card's metadata.
@@ -17,7 +17,7 @@ what the run cannot know, the text's language and license, into the card's metad
 
 from absl import app, flags
 
-from electra_jax.core import cli
+from electra_jax.common import cli
 
 USAGE = ('python -m electra_jax.export --workdir=RUN --out=DIR [--step=N] [--overwrite] '
          '[--language=CODES] [--license=ID]\n'
@@ -40,7 +40,8 @@ def main(argv):
   if len(argv) > 1:
     cli.fail(f'unexpected arguments: {" ".join(argv[1:])}\nusage: {USAGE}')
   cli.quiet_orbax()
-  from electra_jax.hf import exporting, finetuned  # pylint: disable=g-import-not-at-top  (fast --help)
+  from electra_jax.hf import exporting  # pylint: disable=g-import-not-at-top  (fast --help)
+  from electra_jax.finetune import export as finetuned
   if finetuned.is_finetuned(_WORKDIR.value):
     step = cli.run(finetuned.export_seed, _WORKDIR.value, _OUT.value, _SEED.value,
                    _OVERWRITE.value, _LANGUAGE.value, _LICENSE.value)

@@ -13,7 +13,7 @@ import json
 import os
 import sys
 
-from electra_jax.core import cli
+from electra_jax.common import cli
 
 USAGE = 'python -m electra_jax.finetune_summary DIR [DIR ...]'
 COLUMNS = ('CoLA', 'SST-2', 'MRPC', 'STS-B', 'QQP', 'MNLI-m', 'MNLI-mm', 'QNLI', 'RTE', 'WNLI')

@@ -14,7 +14,7 @@ electra_jax.main and the same config, plus the --config.model flags this command
 from absl import app, flags
 from ml_collections import config_flags
 
-from electra_jax.core import cli
+from electra_jax.common import cli
 
 USAGE = ('python -m electra_jax.import_hf --hf_dir=DIR [--generator_dir=DIR] [--vocab=PATH] '
          '[--allow_pickle] --workdir=NEW_RUN --config=configs/<size>.py')
@@ -37,7 +37,7 @@ def main(argv):
     cli.fail(f'unexpected arguments: {" ".join(argv[1:])}\nusage: {USAGE}')
   cli.quiet_orbax()
   # pylint: disable=g-import-not-at-top  (keeps --help fast)
-  from electra_jax.core import config as config_lib
+  from electra_jax.common import config as config_lib
   from electra_jax.hf import importing
   config_path = config_flags.get_config_filename(flags.FLAGS['config'])
   file_model = config_lib.load_config_file(config_path).model

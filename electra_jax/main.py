@@ -9,7 +9,7 @@ import glob
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from electra_jax.core import cli
+from electra_jax.common import cli
 
 USAGE = 'python -m electra_jax.main --config=configs/tiny.py --workdir=DIR [--config.x=y ...]'
 

@@ -17,9 +17,9 @@ import os
 from absl import app, flags
 from ml_collections import config_flags
 
-from electra_jax.core import cli
+from electra_jax.common import cli
 from electra_jax.data import prepared_dir, store
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Run config file (configs/*.py).',
                                           lock_config=True)

@@ -58,7 +58,7 @@ def real_file(path: Path) -> Path:
 
 def load_config(name: str):
   """get_config() of configs/<name>.py."""
-  from electra_jax.core.config import load_config_file  # pylint: disable=g-import-not-at-top
+  from electra_jax.common.config import load_config_file  # pylint: disable=g-import-not-at-top
   return load_config_file(str(REPO / 'configs' / f'{name}.py'))
 
 

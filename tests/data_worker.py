@@ -27,7 +27,7 @@ def batches(store_dir, out, port, index):
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
   from jax.sharding import NamedSharding, PartitionSpec  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from electra_jax.core import config as config_lib  # pylint: disable=g-import-not-at-top
+  from electra_jax.common import config as config_lib  # pylint: disable=g-import-not-at-top
   from electra_jax.training import batches as batches_lib, train  # pylint: disable=g-import-not-at-top
   from electra_jax.data import pipeline, store  # pylint: disable=g-import-not-at-top
 

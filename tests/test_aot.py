@@ -1,4 +1,4 @@
-"""The real steps compiled for a TPU slice on this CPU host (electra_jax/training/aot.py, benchmark --topology).
+"""The real steps compiled for a TPU slice on this CPU host (training/aot.py, electra_jax.compile).
 
 Compiling needs libtpu (the 'test' extra installs it), never a TPU; without libtpu the tests that
 compile are skipped. The CPU tests elsewhere are unaffected: conftest sets JAX_PLATFORMS=cpu.
@@ -14,7 +14,7 @@ import pytest
 
 from conftest import REPO, load_config
 from electra_jax.training import aot, compiled_program, rng as rng_lib
-from electra_jax import benchmark
+from electra_jax.finetune import aot as finetune_aot
 
 requires_libtpu = pytest.mark.skipif(
     importlib.util.find_spec('libtpu') is None,
@@ -38,7 +38,7 @@ def small_tiny():
 
 @pytest.fixture(scope='module')
 def tiny_on_v4_8():
-  return benchmark.compile_for_topology(small_tiny(), 'v4-8', 'pretrain', search_batch=False)
+  return aot.compile_pretraining(small_tiny(), 'v4-8', search_batch=False)
 
 
 def test_slice_names_resolve_as_launch_uses_them():
@@ -188,10 +188,10 @@ def test_rbg_makes_every_chips_bits_on_each_chip_unless_libtpu_is_told_to_partit
   config = small_tiny()
   config.rng_impl = 'rbg'
   with caplog.at_level('WARNING'):
-    whole = benchmark.compile_for_topology(config, 'v4-8', 'pretrain', search_batch=False)
+    whole = aot.compile_pretraining(config, 'v4-8', search_batch=False)
   assert "LIBTPU_INIT_ARGS='--xla_tpu_spmd_rng_bit_generator_unsafe=true'" in caplog.text
   flagged = subprocess.run(
-      [sys.executable, '-m', 'electra_jax.benchmark', '--config=configs/tiny.py',
+      [sys.executable, '-m', 'electra_jax.compile', '--config=configs/tiny.py',
        '--config.model.num_layers=1', f'--config.batch_size={config.batch_size}',
        '--config.rng_impl=rbg', '--topology=v4-8', '--search_batch=false'],
       cwd=REPO, capture_output=True, text=True, timeout=600,
@@ -211,9 +211,19 @@ def test_rbg_makes_every_chips_bits_on_each_chip_unless_libtpu_is_told_to_partit
   assert whole['bytes_per_chip']['temporaries'] > share['bytes_per_chip']['temporaries']
 
 
-def test_command_line_refuses_an_unknown_slice():
+def test_benchmark_names_the_compile_command_for_a_topology():
   result = subprocess.run(
       [sys.executable, '-m', 'electra_jax.benchmark', '--config=configs/tiny.py',
+       '--topology=v4-8'], cwd=REPO, capture_output=True, text=True, timeout=120)
+  assert result.returncode != 0
+  assert result.stderr.strip().splitlines()[-1] == (
+      'electra_jax: error: compiling for a TPU slice is its own command now: '
+      'python -m electra_jax.compile --config=... --topology=v4-8')
+
+
+def test_command_line_refuses_an_unknown_slice():
+  result = subprocess.run(
+      [sys.executable, '-m', 'electra_jax.compile', '--config=configs/tiny.py',
        '--topology=v9-8'], cwd=REPO, capture_output=True, text=True, timeout=120)
   assert result.returncode != 0
   assert 'electra_jax: error:' in result.stderr and 'v9-8' in result.stderr
@@ -249,7 +259,7 @@ def test_a_held_libtpu_is_named_with_the_way_around_it():
 @requires_libtpu
 def test_command_line_prints_one_json_line_with_the_batch_search():
   result = subprocess.run(
-      [sys.executable, '-m', 'electra_jax.benchmark', '--config=configs/tiny.py',
+      [sys.executable, '-m', 'electra_jax.compile', '--config=configs/tiny.py',
        '--topology=v4-8'], cwd=REPO, capture_output=True, text=True, timeout=3600)
   assert result.returncode == 0, result.stderr[-2000:]
   record = json.loads(result.stdout.strip().splitlines()[-1])
@@ -261,7 +271,7 @@ def test_command_line_prints_one_json_line_with_the_batch_search():
 @pytest.mark.slow
 @requires_libtpu
 def test_multi_host_slice_compiles_from_one_process():
-  record = benchmark.compile_for_topology(small_tiny(), 'v4-32', 'pretrain', search_batch=False)
+  record = aot.compile_pretraining(small_tiny(), 'v4-32', search_batch=False)
   assert record['chips'] == 16 and record['hosts'] == 4
   assert record['collectives']['gradient']['all_gathers_of_parameter_shape'] == 0
 
@@ -269,10 +279,9 @@ def test_multi_host_slice_compiles_from_one_process():
 @pytest.mark.slow
 @requires_libtpu
 def test_finetune_step_compiles_for_v4_8():
-  from electra_jax.core.config import load_config_file  # pylint: disable=g-import-not-at-top
+  from electra_jax.common.config import load_config_file  # pylint: disable=g-import-not-at-top
   glue = load_config_file(str(REPO / 'configs' / 'finetune' / 'glue.py'))
-  record = benchmark.compile_for_topology(small_tiny(), 'v4-8', 'finetune', finetune_config=glue,
-                                          finetune_examples=1000)
+  record = finetune_aot.compile_finetuning(small_tiny().model, glue, 'v4-8', 1000)
   assert record['step'] == 'finetune' and record['bytes_per_chip']['fits']
   assert record['collectives']['gradient']['all_gathers_of_parameter_shape'] == 0
   # The training set sits replicated on every chip: 1,000 x 128 int32 ids and segment ids.

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 from conftest import REPO, error_line, load_config, tree_digest
-from electra_jax.core import cli
+from electra_jax.common import cli
 from electra_jax.data import formats, prepared_dir, sources, store
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 from test_finetune import sentences, write_vocab
 
 BOOK = ('The Project Gutenberg EBook of A Test, by Nobody\n\n'

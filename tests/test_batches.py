@@ -6,8 +6,9 @@ import pytest
 
 from conftest import load_config
 from electra_jax.training import batches
+from electra_jax.data import run_vocab
 from electra_jax.data import vocab as vocab_lib
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 
 
 @pytest.fixture(scope='module')
@@ -22,14 +23,14 @@ def config(wikitext):
 @pytest.fixture(scope='module')
 def trained_workdir(config, tmp_path_factory):
   workdir = tmp_path_factory.mktemp('run')
-  vocab = batches.setup_vocab(config, str(workdir))
+  vocab = run_vocab.setup_vocab(config, str(workdir))
   return workdir, vocab
 
 
 def test_vocab_is_trained_once_then_reused(config, trained_workdir):
   workdir, vocab = trained_workdir
   assert vocab.size == 600 and (workdir / 'vocab.model').exists()
-  again = batches.setup_vocab(config, str(workdir))
+  again = run_vocab.setup_vocab(config, str(workdir))
   assert vocab_lib.vocab_fingerprint(again) == vocab_lib.vocab_fingerprint(vocab)
 
 
@@ -41,7 +42,7 @@ def test_given_vocab_is_copied_into_a_new_run(config, trained_workdir, tmp_path)
   c.data.vocab_model = str(given)
   run = tmp_path / 'run'
   run.mkdir()
-  copied = batches.setup_vocab(c, str(run))
+  copied = run_vocab.setup_vocab(c, str(run))
   assert (run / 'vocab.model').read_bytes() == given.read_bytes()
   assert vocab_lib.vocab_fingerprint(copied) == vocab_lib.vocab_fingerprint(vocab)
 
@@ -51,7 +52,7 @@ def test_vocab_size_mismatch_names_the_fix(config, trained_workdir):
   c = config.copy_and_resolve_references()
   c.model.vocab_size = 700
   with pytest.raises(UsageError, match='--config.model.vocab_size=600'):
-    batches.setup_vocab(c, str(workdir))
+    run_vocab.setup_vocab(c, str(workdir))
 
 
 def test_a_different_vocab_for_an_existing_run_is_refused(config, trained_workdir, tmp_path):
@@ -62,7 +63,7 @@ def test_a_different_vocab_for_an_existing_run_is_refused(config, trained_workdi
   c.data.vocab_model = other.model_path
   before = (workdir / 'vocab.model').read_bytes()
   with pytest.raises(UsageError, match='differs from the vocabulary this run was started with'):
-    batches.setup_vocab(c, str(workdir))
+    run_vocab.setup_vocab(c, str(workdir))
   assert (workdir / 'vocab.model').read_bytes() == before
 
 

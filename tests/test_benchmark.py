@@ -13,7 +13,8 @@ import pytest
 
 from conftest import REPO, compile_train_step, load_config
 from electra_jax import benchmark, objective
-from electra_jax.core import flops, layers, model as model_lib, optim
+from electra_jax.training import flops, optim
+from electra_jax.model import layers, networks as model_lib
 from electra_jax.training import train
 
 RECORD_FIELDS = (

@@ -11,11 +11,12 @@ import torch
 import transformers
 
 from conftest import REPO, SHARED_DATA, real_file as real
-from electra_jax.core.config import load_config_file
+from electra_jax.common.config import load_config_file
 from electra_jax.data import wordpiece
-from electra_jax.core.errors import UsageError
-from electra_jax.finetune import chunk_data, chunk_metrics, model as model_lib, run
-from electra_jax.hf import finetuned
+from electra_jax.common.errors import UsageError
+from electra_jax.finetune.tagging import data as chunk_data, metrics as chunk_metrics
+from electra_jax.finetune import model as model_lib, families as run
+from electra_jax.finetune import export as finetuned
 
 CONLL = SHARED_DATA / 'conll2000'
 CHUNK_CONFIG = str(REPO / 'configs' / 'finetune' / 'chunk.py')

@@ -15,7 +15,7 @@ import pytest
 from conftest import SHARED_DATA, WIKITEXT, load_config
 from electra_jax.data import formats, packing, prepared_dir, sentences, sources
 from electra_jax.data import vocab as vocab_lib
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 from test_data import ScriptedRng, assert_well_formed
 
 CORPUS = SHARED_DATA / 'pretraining-text'

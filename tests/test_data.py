@@ -14,7 +14,7 @@ from electra_jax.data import packing
 from electra_jax.data import pipeline
 from electra_jax.data import text
 from electra_jax.data import vocab as vocab_lib
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 
 WIKITEXT = Path(__file__).resolve().parents[2] / 'shared' / 'data' / 'wikitext-2-raw'
 WIKI_VALID = WIKITEXT / 'wiki.valid.raw'

@@ -14,7 +14,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from electra_jax.core import model as model_lib
+from electra_jax.model import networks as model_lib
 from electra_jax.hf import exporting
 
 MODEL = ml_collections.ConfigDict(dict(
@@ -96,9 +96,9 @@ def test_export_and_fine_tuning_take_the_discriminators_effective_table(models):
 
 
 def test_embedding_sharing_is_checked(tmp_path):
-  from electra_jax.core import config as config_lib  # pylint: disable=g-import-not-at-top
-  from electra_jax.core import validation  # pylint: disable=g-import-not-at-top
-  from electra_jax.core.errors import UsageError  # pylint: disable=g-import-not-at-top
+  from electra_jax.common import config as config_lib  # pylint: disable=g-import-not-at-top
+  from electra_jax.training import validation  # pylint: disable=g-import-not-at-top
+  from electra_jax.common.errors import UsageError  # pylint: disable=g-import-not-at-top
   config = config_lib.default_config()
   config.data.train_files = 'x.txt'
   config.embedding_sharing = 'tied'
@@ -177,9 +177,9 @@ def test_all_runs_the_generator_on_the_discriminators_encoder():
 
 
 def test_all_refuses_a_generator_of_another_size():
-  from electra_jax.core import config as config_lib  # pylint: disable=g-import-not-at-top
-  from electra_jax.core import validation  # pylint: disable=g-import-not-at-top
-  from electra_jax.core.errors import UsageError  # pylint: disable=g-import-not-at-top
+  from electra_jax.common import config as config_lib  # pylint: disable=g-import-not-at-top
+  from electra_jax.training import validation  # pylint: disable=g-import-not-at-top
+  from electra_jax.common.errors import UsageError  # pylint: disable=g-import-not-at-top
   config = config_lib.default_config()
   config.data.train_files = 'x.txt'
   config.embedding_sharing = 'all'

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from conftest import load_config
-from electra_jax.core import cli
-from electra_jax.core.errors import UsageError
+from electra_jax.common import cli
+from electra_jax.common.errors import UsageError
 from electra_jax.data import prepared_dir
 from electra_jax.training import train
 
@@ -138,7 +138,7 @@ def test_each_switch_exports_what_transformers_loads(switch_run, tmp_path):
   ('none') or the discriminator's ('all'), the ablations' discriminator-sized MLM."""
   # pylint: disable=g-import-not-at-top  (torch only for this check)
   transformers = pytest.importorskip('transformers')
-  from electra_jax.core import model as model_lib
+  from electra_jax.model import networks as model_lib
   from electra_jax.hf import exporting
   name, workdir, _ = switch_run
   run = exporting.export_run(str(workdir), str(tmp_path))
@@ -171,7 +171,8 @@ def test_fine_tuning_starts_from_each_switchs_discriminator(switch_run):
   its embeddings (GDES: table + delta) and encoder, as the checkpoint holds them."""
   # pylint: disable=g-import-not-at-top
   import jax
-  from electra_jax.core import config as config_lib, model as model_lib
+  from electra_jax.common import config as config_lib
+  from electra_jax.model import networks as model_lib
   from electra_jax.finetune import init, model as finetune_model
   from electra_jax.hf import exporting
   from conftest import REPO

@@ -370,8 +370,8 @@ def logged_lines(workdir):
 
 def test_a_fine_tuning_workdir_of_another_recipe_is_refused(tmp_path):
   # pylint: disable=g-import-not-at-top
-  from electra_jax.core.errors import UsageError
-  from electra_jax.finetune import train as finetune
+  from electra_jax.common.errors import UsageError
+  from electra_jax.finetune import loop as finetune
   from test_finetune import finetune_config
   config = finetune_config(task='SST-2', seeds='0')
   finetune.prepare_workdir(config, str(tmp_path))
@@ -431,7 +431,7 @@ def test_a_checkpoint_of_another_state_layout_is_refused_and_never_set_aside(tmp
   with checkpoint_fallback, which would otherwise set every checkpoint of the run aside."""
   import jax  # pylint: disable=g-import-not-at-top
   import optax  # pylint: disable=g-import-not-at-top
-  from electra_jax.core.errors import UsageError  # pylint: disable=g-import-not-at-top
+  from electra_jax.common.errors import UsageError  # pylint: disable=g-import-not-at-top
   from electra_jax.training import checkpoint  # pylint: disable=g-import-not-at-top
 
   state_type = NamedTuple('State', [('params', dict), ('opt_state', tuple)])

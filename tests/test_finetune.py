@@ -21,11 +21,14 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from conftest import REPO, error_line, load_config, tree_digest
 from electra_jax.training import checkpoint, train
-from electra_jax.core import config as config_lib, optim as pretrain_optim, run_lock
-from electra_jax.core.errors import UsageError
-from electra_jax.finetune import cpu_threefry, features, glue_data, init, model as model_lib
-from electra_jax.finetune import optim, settings, tasks
-from electra_jax.finetune import train as finetune
+from electra_jax.common import config as config_lib, run_lock
+from electra_jax.training import optim as pretrain_optim
+from electra_jax.common.errors import UsageError
+from electra_jax.finetune import cpu_threefry, init, model as model_lib
+from electra_jax.finetune.glue import features, data as glue_data
+from electra_jax.finetune import optim, settings
+from electra_jax.finetune.glue import tasks
+from electra_jax.finetune import loop as finetune
 
 GLUE_CONFIG = str(REPO / 'configs' / 'finetune' / 'glue.py')
 WORDS = ('the a cat dog sat ran on mat fast slow good bad film was is not very it and '
@@ -617,7 +620,8 @@ def test_the_transformers_head_exports_as_electra_for_sequence_classification(fi
   transformers = pytest.importorskip('transformers')
   torch = pytest.importorskip('torch')
   # pylint: disable-next=g-import-not-at-top
-  from electra_jax.hf import files as files_lib, finetuned, params as params_lib
+  from electra_jax.hf import files as files_lib, params as params_lib
+  from electra_jax.finetune import export as finetuned
   root, glue, vocab_size = files
   config = finetune_config(task='MRPC', data_dir=str(glue), vocab=str(root / 'vocab.txt'),
                            head='transformers', predict_test=False)

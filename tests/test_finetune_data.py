@@ -7,8 +7,8 @@ import scipy.stats
 import sklearn.metrics
 
 from conftest import SHARED_DATA
-from electra_jax.core.errors import UsageError
-from electra_jax.finetune import features, glue_data, metrics, tasks
+from electra_jax.common.errors import UsageError
+from electra_jax.finetune.glue import features, data as glue_data, metrics, tasks
 
 GLUE = SHARED_DATA / 'glue'
 

@@ -2,7 +2,7 @@
 
 import math
 
-from electra_jax.core import config as config_lib
+from electra_jax.common import config as config_lib
 from electra_jax.training import health
 
 # The held-out metrics of a real stalled run: 4 x 256, generator 64 at temperature 1, step 3,000.

@@ -26,11 +26,12 @@ import torch
 import transformers
 
 from conftest import REPO, SHARED_DATA, WIKITEXT, error_line, real_file
-from electra_jax.core import config as config_lib, flops
+from electra_jax.common import config as config_lib
+from electra_jax.training import flops
 from electra_jax.data import packing, vocab as vocab_lib
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 from electra_jax.hf import exporting, files, importing
-from electra_jax.core.model import Electra, MaskedLM, init_params
+from electra_jax.model.networks import Electra, MaskedLM, init_params
 from electra_jax.finetune import init as finetune_init, model as finetune_model
 from electra_jax.objective import masking, mlm
 from test_tokenizer_export import google_vocab

@@ -43,7 +43,7 @@ def test_probe_accuracy_finds_a_linear_signal_and_no_more():
 def test_features_ignore_padding_and_the_batch_they_are_computed_in():
   # pylint: disable=g-import-not-at-top
   import ml_collections
-  from electra_jax.core.config import default_config
+  from electra_jax.common.config import default_config
   from electra_jax.finetune import model as model_lib
   model = ml_collections.ConfigDict({**default_config().model.to_dict(), **TINY})
   classifier = model_lib.Classifier(model, num_outputs=1)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, WIKITEXT, error_line, tree_digest
-from electra_jax.core import run_lock
+from electra_jax.common import run_lock
 
 SMALL_RUN = ['--config.batch_size=16', '--config.max_seq_length=64', '--config.model.vocab_size=1000',
              '--config.warmup_steps=10', '--config.log_every=10', '--config.save_every=20',
@@ -229,7 +229,8 @@ def test_mlm_run_fine_tunes_and_exports_like_an_electra_run(mlm_run, tmp_path):
   import numpy as np
   import transformers
   from electra_jax.training import checkpoint, train
-  from electra_jax.core import config as config_lib, optim
+  from electra_jax.common import config as config_lib
+  from electra_jax.training import optim
   from electra_jax.finetune import init, model as finetune_model
   from electra_jax.hf import exporting
   from jax.sharding import NamedSharding, PartitionSpec as P

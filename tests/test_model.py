@@ -7,7 +7,7 @@ import pytest
 from scipy.special import erf
 
 from conftest import load_config
-from electra_jax.core import layers, model as model_lib
+from electra_jax.model import layers, networks as model_lib
 
 
 def param_shapes(config, seq=16):

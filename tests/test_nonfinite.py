@@ -17,10 +17,11 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from conftest import compile_train_step, load_config
 from electra_jax.training import checkpoint, train
-from electra_jax.core import cli, optim
+from electra_jax.common import cli
+from electra_jax.training import optim
 from electra_jax.data import pipeline, prepared_dir
-from electra_jax.core.errors import UsageError
-from electra_jax.finetune import train as finetune
+from electra_jax.common.errors import UsageError
+from electra_jax.finetune import loop as finetune
 from test_finetune import TINY, finetune_config, glue_folder, sentences, write_vocab
 
 

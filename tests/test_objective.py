@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import load_config
-from electra_jax.core import model as model_lib
+from electra_jax.model import networks as model_lib
 from electra_jax import objective
 from electra_jax.objective import electra, masking
 PAD_ID, CLS_ID, SEP_ID, MASK_ID, UNK_ID = objective.SpecialIds()

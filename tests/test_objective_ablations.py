@@ -12,7 +12,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from electra_jax.core import flops
+from electra_jax.training import flops
 from electra_jax import objective
 from electra_jax.objective import masking
 
@@ -199,7 +199,7 @@ def test_electric_is_a_cloze_loss_and_noise_contrastive_estimation():
 
 def test_electrics_cloze_model_never_sees_the_token_it_predicts():
   from conftest import load_config  # pylint: disable=g-import-not-at-top
-  from electra_jax.core import model as model_lib  # pylint: disable=g-import-not-at-top
+  from electra_jax.model import networks as model_lib  # pylint: disable=g-import-not-at-top
   config = load_config('tiny')
   config.model.update(vocab_size=60, num_layers=1, dropout_rate=0.0, attention_dropout_rate=0.0)
   electric_model = model_lib.Electric(config.model)
@@ -253,9 +253,9 @@ def test_every_objective_has_flops_and_the_ablations_count_their_heads():
 
 
 def test_an_unknown_objective_is_one_clear_error():
-  from electra_jax.core import config as config_lib  # pylint: disable=g-import-not-at-top
-  from electra_jax.core import validation  # pylint: disable=g-import-not-at-top
-  from electra_jax.core.errors import UsageError  # pylint: disable=g-import-not-at-top
+  from electra_jax.common import config as config_lib  # pylint: disable=g-import-not-at-top
+  from electra_jax.training import validation  # pylint: disable=g-import-not-at-top
+  from electra_jax.common.errors import UsageError  # pylint: disable=g-import-not-at-top
   config = config_lib.default_config()
   config.data.train_files = 'x.txt'
   config.objective = 'electra15'

@@ -7,8 +7,8 @@ import optax
 import pytest
 
 from conftest import load_config
-from electra_jax.core import model as model_lib
-from electra_jax.core import optim
+from electra_jax.model import networks as model_lib
+from electra_jax.training import optim
 
 
 def test_schedule_is_warmup_times_decay_from_step_zero():

@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 
 from conftest import REPO, WIKITEXT, load_config, real_file, tree_digest
-from electra_jax.core import run_lock
+from electra_jax.common import run_lock
 from electra_jax.training import batches as batches_lib, train
+from electra_jax.data import run_vocab
 from electra_jax.data import packing, pipeline, preparation, prepared_dir, sources, store
 from electra_jax.data import vocab as vocab_lib
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 
 WIKI_PART = WIKITEXT / 'wiki.train.PARTIAL-first-1019-lines.raw'
 
@@ -327,7 +328,7 @@ def test_run_on_prepared_data_takes_its_vocabulary_and_refuses_another(tfds_prep
   config.data.prepared_dir = str(root / 'prepared')
   (tmp_path / 'run').mkdir()
   (tmp_path / 'other_run').mkdir()
-  vocab = batches_lib.setup_vocab(config, str(tmp_path / 'run'))
+  vocab = run_vocab.setup_vocab(config, str(tmp_path / 'run'))
   prepared_vocab = vocab_lib.load_vocab(str(root / 'prepared' / 'vocab.model'))
   assert vocab.fingerprint() == prepared_vocab.fingerprint()
   for split in ('train', 'eval'):
@@ -339,14 +340,14 @@ def test_run_on_prepared_data_takes_its_vocabulary_and_refuses_another(tfds_prep
   config.data.vocab_lowercase = True
   (tmp_path / 'lowercase_run').mkdir()
   with pytest.raises(UsageError, match='data.vocab_lowercase=True, but .* is a cased vocabulary'):
-    batches_lib.setup_vocab(config, str(tmp_path / 'lowercase_run'))
+    run_vocab.setup_vocab(config, str(tmp_path / 'lowercase_run'))
   assert not os.listdir(tmp_path / 'lowercase_run')
   config.data.vocab_lowercase = False
 
   config.model.vocab_size = 300
   config.data.vocab_model = vocab_lib.train_vocab([str(WIKI_PART)], 300,
                                                   str(tmp_path / 'other')).model_path
-  other = batches_lib.setup_vocab(config, str(tmp_path / 'other_run'))
+  other = run_vocab.setup_vocab(config, str(tmp_path / 'other_run'))
   with pytest.raises(UsageError, match='was prepared with vocabulary sha256'):
     batches_lib.load_examples(config, str(tmp_path / 'other_run'), other, 'train')
 

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from conftest import load_config
-from electra_jax.core import config as config_lib, validation
+from electra_jax.common import config as config_lib
+from electra_jax.training import validation
 from electra_jax.training import rng as rng_lib
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 from test_objective import packed_like_sequences
 from test_train import run_steps
 

@@ -1,4 +1,4 @@
-"""electra_jax/core/run_lock.py: one process at a time in a run's directory, released however the
+"""electra_jax/common/run_lock.py: one process at a time in a run's directory, released however the
 process ends."""
 
 import importlib
@@ -10,11 +10,11 @@ import sys
 import pytest
 
 from conftest import REPO
-from electra_jax.core import run_lock
-from electra_jax.core.errors import UsageError
+from electra_jax.common import run_lock
+from electra_jax.common.errors import UsageError
 
 HOLD = ('import sys, time\n'
-        'from electra_jax.core import run_lock\n'
+        'from electra_jax.common import run_lock\n'
         "with run_lock.only_run_in(sys.argv[1], 'pretraining run'):\n"
         "  print('held', flush=True)\n"
         '  time.sleep(600)\n')
@@ -70,7 +70,7 @@ def test_an_object_store_directory_is_not_locked():
       pass
 
 
-@pytest.mark.parametrize('family', ['train', 'squad_run', 'chunk_run'])
+@pytest.mark.parametrize('family', ['loop', 'squad.run', 'tagging.run'])
 def test_every_fine_tuning_family_holds_its_workdir(family, tmp_path):
   fine_tune = importlib.import_module(f'electra_jax.finetune.{family}').fine_tune
   (tmp_path / 'config.json').write_text('{}')

@@ -14,7 +14,7 @@ from array_record.python import array_record_module as array_record
 import pytest
 
 from electra_jax.data import sources, text, tfds_source
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 
 
 def write(path, content):

@@ -17,12 +17,14 @@ import torch
 import transformers
 
 from conftest import REPO, SHARED_DATA, error_line, real_file as real
-from electra_jax.core.config import load_config_file
+from electra_jax.common.config import load_config_file
 from electra_jax.data import vocab as vocab_lib, wordpiece
-from electra_jax.core.errors import UsageError
-from electra_jax.finetune import qa_model, run, squad_data, squad_features, squad_metrics
-from electra_jax.finetune import squad_predict
-from electra_jax.hf import finetuned
+from electra_jax.common.errors import UsageError
+from electra_jax.finetune.squad import (model as qa_model, data as squad_data,
+                                        features as squad_features, metrics as squad_metrics)
+from electra_jax.finetune import families as run
+from electra_jax.finetune.squad import predict as squad_predict
+from electra_jax.finetune import export as finetuned
 
 SQUAD = SHARED_DATA / 'squad'
 TRAIN = SQUAD / 'train-v2.0.first-11-articles.json'

@@ -34,7 +34,7 @@ import torch
 
 from conftest import load_config
 from electra_jax import objective
-from electra_jax.core import optim
+from electra_jax.training import optim
 from electra_jax.training import train
 from test_hf import pair_batch
 import torch_reference

@@ -19,10 +19,11 @@ from tensorboardX import record_writer
 
 from conftest import WIKITEXT, load_config
 from electra_jax.training import checkpoint, batches, report
-from electra_jax.core import cli, config as config_lib, storage
+from electra_jax.data import run_vocab
+from electra_jax.common import cli, config as config_lib, storage
 from electra_jax.training import train
 from electra_jax.data import vocab as vocab_lib
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 from electra_jax.hf import exporting
 
 RUN = 'gs://bucket/runs/tiny'
@@ -130,16 +131,16 @@ def test_checkpoints_go_to_the_uri_itself():
 def test_local_dir_defaults():
   config = load_config('tiny')
   home_cache = os.path.expanduser('~/.cache/electra_jax')
-  assert batches.local_dir(config, 'runs/x') == 'runs/x/data'
-  remote = batches.local_dir(config, RUN)
+  assert run_vocab.local_dir(config, 'runs/x') == 'runs/x/data'
+  remote = run_vocab.local_dir(config, RUN)
   assert os.path.dirname(remote) == home_cache
-  assert batches.local_dir(config, RUN + '/') == remote
-  assert batches.local_dir(config, 'gs://bucket/runs/other') != remote
+  assert run_vocab.local_dir(config, RUN + '/') == remote
+  assert run_vocab.local_dir(config, 'gs://bucket/runs/other') != remote
   config.data.local_dir = '~/prepared'
-  assert batches.local_dir(config, RUN) == os.path.expanduser('~/prepared')
+  assert run_vocab.local_dir(config, RUN) == os.path.expanduser('~/prepared')
   config.data.local_dir = 'gs://bucket/data'
   with pytest.raises(UsageError, match='data.local_dir'):
-    batches.local_dir(config, RUN)
+    run_vocab.local_dir(config, RUN)
 
 
 def test_vocab_goes_to_the_run_and_data_stays_local(bucket, tmp_path, wikitext):
@@ -149,7 +150,7 @@ def test_vocab_goes_to_the_run_and_data_stays_local(bucket, tmp_path, wikitext):
   config.data.train_files = str(WIKITEXT / 'wiki.train.PARTIAL-first-1019-lines.raw')
   config.data.vocab_sample_sentences = 500
   config.data.local_dir = str(tmp_path / 'host0')
-  vocab = batches.setup_vocab(config, RUN)
+  vocab = run_vocab.setup_vocab(config, RUN)
   assert sorted(os.listdir(run_dir(bucket))) == ['vocab.model', 'vocab.vocab']
   assert vocab.model_path == str(tmp_path / 'host0' / 'vocab.model')
   assert (run_dir(bucket) / 'vocab.model').read_bytes() == \
@@ -162,10 +163,10 @@ def test_vocab_goes_to_the_run_and_data_stays_local(bucket, tmp_path, wikitext):
 
   # Another host (its own local directory) takes the run's vocabulary instead of training one.
   config.data.local_dir = str(tmp_path / 'host1')
-  other = batches.setup_vocab(config, RUN)
+  other = run_vocab.setup_vocab(config, RUN)
   assert other.model_path == str(tmp_path / 'host1' / 'vocab.model')
   assert vocab_lib.vocab_fingerprint(other) == vocab_lib.vocab_fingerprint(vocab)
-  exported = batches.load_run_vocab(RUN, str(tmp_path / 'export'))
+  exported = run_vocab.load_run_vocab(RUN, str(tmp_path / 'export'))
   assert vocab_lib.vocab_fingerprint(exported) == vocab_lib.vocab_fingerprint(vocab)
 
 

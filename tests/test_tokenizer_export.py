@@ -16,8 +16,8 @@ import transformers
 
 from conftest import SHARED_DATA
 from electra_jax.data import packing, vocab as vocab_lib, wordpiece
-from electra_jax.core.errors import UsageError
-from electra_jax.finetune import features, glue_data, tasks
+from electra_jax.common.errors import UsageError
+from electra_jax.finetune.glue import features, data as glue_data, tasks
 from electra_jax.hf import tokenizer as tokenizer_lib
 
 UNUSUAL_TEXTS = [

@@ -5,8 +5,10 @@ import numpy as np
 import pytest
 
 from conftest import load_config
-from electra_jax.core import config as config_lib, model as model_lib, optim, validation
-from electra_jax.core.errors import UsageError
+from electra_jax.common import config as config_lib
+from electra_jax.model import networks as model_lib
+from electra_jax.training import optim, validation
+from electra_jax.common.errors import UsageError
 from electra_jax.objective import masking
 from electra_jax.training import rng as rng_lib, train
 from test_objective import packed_like_sequences

@@ -14,8 +14,9 @@ import ml_collections
 import pytest
 
 from conftest import REPO, SHARED_DATA, real_file, tree_digest
-from electra_jax.core import flops, run_lock
-from electra_jax.core.errors import UsageError
+from electra_jax.training import flops
+from electra_jax.common import run_lock
+from electra_jax.common.errors import UsageError
 
 CORPUS = SHARED_DATA / 'pretraining-text'
 GLUE = SHARED_DATA / 'glue'

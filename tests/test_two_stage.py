@@ -9,8 +9,9 @@ import jax
 import numpy as np
 import pytest
 
-from electra_jax.core import config as config_lib, validation
-from electra_jax.core.errors import UsageError
+from electra_jax.common import config as config_lib
+from electra_jax.training import validation
+from electra_jax.common.errors import UsageError
 from electra_jax.hf import exporting
 from electra_jax.training import two_stage
 

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from electra_jax import objective
-from electra_jax.core import config as config_lib, flops, validation
-from electra_jax.core.errors import UsageError
+from electra_jax.common import config as config_lib
+from electra_jax.training import flops, validation
+from electra_jax.common.errors import UsageError
 from electra_jax.objective import masking
 from test_objective_ablations import (
     FAKE_IDS, INPUT_IDS, SELECTED, TOLERANCE, WEIGHTS, bce, config_for, fixed_batch, stub_apply)

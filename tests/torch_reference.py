@@ -3,7 +3,7 @@
 The networks and the masked-LM loss are transformers' own (`ElectraForMaskedLM` for a generator
 or BERT-style masked LM, `ElectraForPreTraining` for the discriminator); the replaced-token loss
 and the optimizer are written here anew in torch from their descriptions
-(docs/ELECTRA_REFERENCE.md, electra_jax/core/optim.py), not derived from our code. Only the tensor
+(docs/ELECTRA_REFERENCE.md, electra_jax/training/optim.py), not derived from our code. Only the tensor
 names of our HF export (electra_jax.hf.params, itself checked in test_hf.py) are shared, to load
 our weights and to read the results back into our tree.
 

@@ -11,7 +11,7 @@ resolved numbers.
 
 import ml_collections
 
-from electra_jax.core.config import default_config
+from electra_jax.common.config import default_config
 
 
 def get_config():
@@ -84,7 +84,7 @@ def get_config():
   # A seed's checkpoint that cannot be read stops the run with one error naming it.
   c.save_every = 500
   # A step whose loss, gradients or new parameters are not finite is never applied; then, as in
-  # pretraining (electra_jax/core/config.py), 'stop' ends the run at the next log with one error
+  # pretraining (electra_jax/common/config.py), 'stop' ends the run at the next log with one error
   # naming the step, and 'skip' goes on, stopping after max_consecutive_skips in a row.
   c.on_nonfinite = 'stop'
   c.max_consecutive_skips = 10

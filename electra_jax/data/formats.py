@@ -40,7 +40,7 @@ import zlib
 from absl import logging
 
 from electra_jax.data import sentences, text
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 
 FORMATS = ('lines', 'gutenberg', 'wikiextractor', 'wikitext')
 _HEAD_BYTES = 8192  # Read to detect a format: a Gutenberg header is 1-2 KB.

@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 
 SINGLE_SEGMENT_PROB = 0.1   # Chance that A may take all lines, giving a one-segment example.
 SHORT_TARGET_PROB = 0.05    # Chance that the next example aims at a random length in [5, L].

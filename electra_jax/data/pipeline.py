@@ -18,7 +18,7 @@ import functools
 
 import numpy as np
 
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 
 # Keep the mixture's random streams apart from the single-corpus one and from each other. Seeds
 # are lists for np.random.SeedSequence, which ignores trailing zeros, so none ends in 0.

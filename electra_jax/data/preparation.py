@@ -27,7 +27,7 @@ import numpy as np
 import tqdm
 
 from electra_jax.data import packing, sources as sources_lib, store, vocab as vocab_lib
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 
 _LINES_PER_ENCODE = 4096  # Lines tokenized per call (sentencepiece encodes a batch in C++).
 _ROWS_PER_BLOCK = 8192

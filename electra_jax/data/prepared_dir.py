@@ -7,8 +7,8 @@ directly (importing the command-line module would define its absl flags a second
 import os
 import shutil
 
-from electra_jax.core import run_lock
-from electra_jax.core.errors import UsageError
+from electra_jax.common import run_lock
+from electra_jax.common.errors import UsageError
 from electra_jax.data import preparation, sources as sources_lib, store, vocab as vocab_lib
 
 SPLITS = ('train', 'eval')

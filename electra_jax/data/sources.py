@@ -34,7 +34,7 @@ from electra_jax.data import formats
 from electra_jax.data import text
 from electra_jax.data import tfds_source
 from electra_jax.data import vocab as vocab_lib
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 
 UNIT_BYTES = 64 << 20  # Text per unit of work (and per shard) when a file can be cut.
 # A .jsonl record may hold a whole book (a dictionary or a collected works runs to tens of MB),

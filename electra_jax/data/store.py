@@ -31,7 +31,7 @@ import os
 
 import numpy as np
 
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 
 FORMAT = 1                 # Bump when the layout changes; older directories are refused.
 MANIFEST = 'manifest.json'

@@ -23,7 +23,7 @@ import itertools
 import os
 import zlib
 
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 
 _UTF8_BOM = b'\xef\xbb\xbf'
 # The longest line read: far past any sentence or paragraph, and short enough that a file

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 import functools
 import struct
 
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 
 _READ_CHUNK = 1024            # Records fetched per data-source call (each call has overhead).
 _DEFAULT_RECORD_BYTES = 4096  # Assumed record size where a split does not record its size.

@@ -21,7 +21,7 @@ from sentencepiece import sentencepiece_model_pb2
 
 from electra_jax.data import text
 from electra_jax.data import wordpiece
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 
 T = TypeVar('T')
 

@@ -20,7 +20,7 @@ import os
 import tokenizers
 from tokenizers import decoders, normalizers, pre_tokenizers
 
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 
 SPECIAL_TOKENS = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
 # BERT's limit: a longer whitespace-separated word becomes one [UNK].

@@ -19,9 +19,10 @@ import ml_collections
 import numpy as np
 
 from electra_jax.training import checkpoint
-from electra_jax.core import config as config_lib, model as pretrain_model
+from electra_jax.common import config as config_lib
+from electra_jax.model import networks as pretrain_model
 from electra_jax.data import vocab as vocab_lib
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 from electra_jax.finetune import model as model_lib
 from electra_jax.hf import exporting, importing, model_config
 

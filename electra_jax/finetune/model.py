@@ -7,7 +7,7 @@ regression task). As in the original there is no pooler, and the head is initial
 Glorot-uniform (TensorFlow's default for a dense layer given no initializer). `head='transformers'`
 puts transformers' ElectraForSequenceClassification head there instead (dense H -> H, exact
 GELU, dropout, then the dense layer above), so that the fine-tuned model exports as that class
-(hf/finetuned.py); its new layer is drawn as transformers draws it, normal(0.02). `pooling='mean'`
+(finetune/export.py); its new layer is drawn as transformers draws it, normal(0.02). `pooling='mean'`
 reads the mean of the top layer over the real tokens instead of [CLS]: replaced-token detection
 never asks [CLS] anything, so a small encoder's sentence information may sit in its tokens.
 """
@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from electra_jax.core.layers import Embeddings, Encoder
+from electra_jax.model.layers import Embeddings, Encoder
 
 
 def encode(module: nn.Module, input_ids, segment_ids, deterministic: bool):

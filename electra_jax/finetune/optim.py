@@ -21,7 +21,7 @@ import jax
 import ml_collections
 import optax
 
-from electra_jax.core import optim as pretrain_optim
+from electra_jax.training import optim as pretrain_optim
 
 _LAYER = re.compile(r'layer_(\d+)$')
 

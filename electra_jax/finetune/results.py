@@ -17,8 +17,8 @@ import os
 
 import numpy as np
 
-from electra_jax.finetune.glue_data import Examples
-from electra_jax.finetune.tasks import Task
+from electra_jax.finetune.glue.data import Examples
+from electra_jax.finetune.glue.tasks import Task
 
 RESULTS = 'results.json'
 

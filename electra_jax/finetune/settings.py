@@ -7,11 +7,11 @@ resolved config, with every number used, is what DIR/config.json records.
 import ml_collections
 
 from electra_jax.training import nonfinite
-from electra_jax.core import bounds
-from electra_jax.core.config import load_config_file
-from electra_jax.core.errors import UsageError
+from electra_jax.common import bounds
+from electra_jax.common.config import load_config_file
+from electra_jax.common.errors import UsageError
 from electra_jax.finetune.model import HEADS, POOLINGS
-from electra_jax.finetune.tasks import Task
+from electra_jax.finetune.glue.tasks import Task
 
 # Fields of configs/finetune/glue.py that only GLUE's data and classifier read.
 GLUE_ONLY = ('tfds_name', 'tfds_data_dir', 'max_train_examples', 'swap_pairs', 'predict_test',

@@ -6,7 +6,9 @@ files.py         reading and writing a model directory: config.json + model.safe
 tokenizer.py     tokenizer.json / tokenizer_config.json for our sentencepiece or WordPiece vocab
 exporting.py     a run's checkpoint -> DIR/discriminator and DIR/generator
 importing.py     Hugging Face directories -> a new run workdir at step 0
-finetuned.py     a fine-tuned seed -> ElectraForQuestionAnswering or ElectraForTokenClassification
+model_card.py    the README.md model card of each exported directory
+bert.py          reading a pretrained BERT directory as the discriminator's encoder
 
-Nothing here imports torch or transformers: they are only needed to test the result.
+A fine-tuned seed is exported by finetune/export.py. Nothing here imports torch or
+transformers: they are only needed to test the result.
 """

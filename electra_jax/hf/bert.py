@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 
 # Pretrained BERTs; a task model (BertForSequenceClassification, ...) is refused by name.
 ARCHITECTURES = ('BertModel', 'BertForMaskedLM', 'BertForPreTraining')

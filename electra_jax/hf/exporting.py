@@ -17,11 +17,14 @@ import jax
 import ml_collections
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from electra_jax.training import checkpoint, batches
-from electra_jax.core import config as config_lib, optim
-from electra_jax.core import model as model_lib, storage
+from electra_jax.training import checkpoint
+from electra_jax.data import run_vocab
+from electra_jax.common import config as config_lib
+from electra_jax.training import optim
+from electra_jax.model import networks as model_lib
+from electra_jax.common import storage
 from electra_jax.training import train
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 from electra_jax.hf import files, model_card, model_config, params as params_lib, tokenizer
 
 # The networks (params.NETWORKS) a run exports, by its objective; each gets DIR/<network>.
@@ -85,7 +88,7 @@ def load_run(workdir: str, step: int | None = None) -> Run:
                      f'{", ".join(map(str, steps))}')
   state = checkpoint.restore(manager, step, abstract_state(config))
   manager.close()
-  vocab = batches.load_run_vocab(workdir, batches.local_dir(config, workdir))
+  vocab = run_vocab.load_run_vocab(workdir, run_vocab.local_dir(config, workdir))
   if vocab.size != config.model.vocab_size:
     raise UsageError(f'the vocabulary {vocab.model_path} has {vocab.size} pieces but the run\'s '
                      f'model has vocab_size={config.model.vocab_size}; it is not this run\'s '

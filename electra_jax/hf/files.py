@@ -15,7 +15,7 @@ from absl import logging
 import numpy as np
 import safetensors.numpy
 
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 from electra_jax.hf import bert, model_config
 
 WEIGHTS = 'model.safetensors'

@@ -21,13 +21,15 @@ import ml_collections
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from electra_jax.training import checkpoint, batches, train
-from electra_jax.core import config as config_lib, optim, storage
+from electra_jax.training import checkpoint, train
+from electra_jax.data import run_vocab
+from electra_jax.common import config as config_lib, storage
+from electra_jax.training import optim
 from electra_jax.data import vocab as vocab_lib
 from electra_jax.data import wordpiece
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 from electra_jax.hf import files, model_config, params as params_lib
-from electra_jax.core.model import init_params
+from electra_jax.model.networks import init_params
 
 VOCAB_FILES = ('vocab.model', 'vocab.txt')  # what our export writes; Google's have vocab.txt
 
@@ -179,7 +181,7 @@ def import_checkpoint(config: ml_collections.ConfigDict, workdir: str, hf_dir: s
   state = state.replace(params=params, opt_state=opt_state)
 
   storage.makedirs(workdir)
-  storage.copy_file(vocab_path, batches.run_vocab_path(workdir, vocab_path))
+  storage.copy_file(vocab_path, run_vocab.run_vocab_path(workdir, vocab_path))
   manager = checkpoint.make_manager(workdir, config.keep_checkpoints)
   checkpoint.save(manager, 0, state, checkpoint.identity(config))
   manager.wait_until_finished()

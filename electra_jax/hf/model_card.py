@@ -2,7 +2,7 @@
 
 The Hub reads the YAML block at the top (library, tags, the pipeline the widget runs) and shows
 the rest. Everything in the card is read from the run: its config, the exported step, the FLOPs
-of that many steps (core/flops.py) and its last held-out evaluation up to that step. What the
+of that many steps (training/flops.py) and its last held-out evaluation up to that step. What the
 run cannot know (its text's language, the license it is published under) the publisher gives at
 export (`--language`, `--license`) or adds later, and file paths are cut to their names, so that
 a card published as written shows no local directories.
@@ -14,8 +14,9 @@ import re
 
 import ml_collections
 
-from electra_jax.core import flops, storage
-from electra_jax.core.errors import UsageError
+from electra_jax.training import flops
+from electra_jax.common import storage
+from electra_jax.common.errors import UsageError
 from electra_jax.hf import model_config
 
 # The Hub's forms: ISO 639 codes (en, fr, zh-Hant), and its license identifiers (apache-2.0,
@@ -142,7 +143,7 @@ def model_card(network: str, config: ml_collections.ConfigDict, step: int,
       ('steps', f'{step:,} of {config.num_train_steps:,}, batch {config.batch_size} × '
                 f'{config.max_seq_length} tokens ({tokens:,} tokens seen)'),
       ('pretraining compute', f'{step * flops.train_step_flops(config):.3g} FLOPs '
-                              '(model FLOPs of the training steps, electra_jax/core/flops.py)'),
+                              '(model FLOPs of the training steps, electra_jax/training/flops.py)'),
       ('optimizer', f'AdamW, peak learning rate {config.learning_rate:g}, '
                     f'{config.warmup_steps:,} warmup steps, weight decay {decay}'),
       ('training text', training_text(config.data)),
@@ -158,7 +159,7 @@ def model_card(network: str, config: ml_collections.ConfigDict, step: int,
               'class) and fine-tune.', class_name, 'Pretraining', rows, languages, license_id)
 
 
-# A fine-tuned network's transformers class and Hub pipeline (hf/finetuned.py's networks).
+# A fine-tuned network's transformers class and Hub pipeline (finetune/export.py's networks).
 FINETUNED = {'sequence': ('ElectraForSequenceClassification', 'text-classification'),
              'qa': ('ElectraForQuestionAnswering', 'question-answering'),
              'tagger': ('ElectraForTokenClassification', 'token-classification')}

@@ -13,12 +13,12 @@ from typing import Any
 
 import ml_collections
 
-from electra_jax.core import layers, model as model_lib
+from electra_jax.model import layers, networks as model_lib
 from electra_jax.hf import params as params_lib
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 
 ARCHITECTURES = {'discriminator': 'ElectraForPreTraining', 'generator': 'ElectraForMaskedLM'}
-# Fine-tuned models, written by hf/finetuned.py and never imported.
+# Fine-tuned models, written by finetune/export.py and never imported.
 TASK_ARCHITECTURES = {'qa': 'ElectraForQuestionAnswering',
                       'tagger': 'ElectraForTokenClassification',
                       'sequence': 'ElectraForSequenceClassification'}

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 
 KINDS = ('discriminator', 'generator')  # the HF layouts: ElectraForPreTraining, ElectraForMaskedLM
 
@@ -35,7 +35,7 @@ NETWORKS = {
     'mlm': Network('discriminator', 'mlm_head', 'generator'),
     # A bare encoder (a BERT checkpoint, hf/bert.py), import only: it has no head.
     'encoder': Network('discriminator', '', 'encoder'),
-    # Fine-tuned models (hf/finetuned.py), export only: the discriminator under a task's head.
+    # Fine-tuned models (finetune/export.py), export only: the discriminator under a task's head.
     'qa': Network('discriminator', 'qa_outputs', 'qa'),
     'tagger': Network('discriminator', 'classifier', 'tagger'),
     'sequence': Network('discriminator', 'classifier', 'sequence'),

@@ -36,7 +36,7 @@ from typing import Any
 
 from electra_jax.data import vocab as vocab_lib
 from electra_jax.data import wordpiece
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 
 METASPACE = '\u2581'
 _UNIGRAM = 1  # TrainerSpec.model_type

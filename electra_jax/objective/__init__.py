@@ -23,7 +23,7 @@ An objective is the network it trains and two pure functions:
       matching rows of `prepared`) as its share of the batch's loss, and statistics as sums and
       counts that `summarize` turns into metrics.
 The train step calls them through `draw` and `partial_loss` below and never asks which runs.
-Adding one: its module beside these, an entry in OBJECTIVES, its FLOPs in core/flops.py and what it
+Adding one: its module beside these, an entry in OBJECTIVES, its FLOPs in training/flops.py and what it
 exports in hf/exporting.EXPORTED; `summarize` reports whatever known statistics it returns.
 """
 
@@ -33,7 +33,7 @@ from typing import Callable, NamedTuple
 import jax
 import ml_collections
 
-from electra_jax.core import model as model_lib
+from electra_jax.model import networks as model_lib
 from electra_jax.objective import (all_tokens_mlm, electra, electra_15, electric, mlm,
                                   replace_mlm, unigram)
 # The shared pieces, also reachable as objective.<name>.

@@ -5,8 +5,8 @@ it: `jit(step).lower(abstract inputs).compile()` builds the TPU executable on a 
 XLA's own memory and cost analyses and the partitioned program text. Nothing runs, so nothing is
 timed: step times here are a lower bound from the roofline, not a measurement.
 
-What is compiled is the step training runs, built by train.py's (or finetune/train.py's) own
-functions: same model, objective, optimizer, shardings, donation, dtype, remat and gradient
+What is compiled is the step training runs, built by train.py's own functions
+(finetune/aot.py does the same for fine-tuning's step): same model, objective, optimizer, shardings, donation, dtype, remat and gradient
 accumulation. Only the inputs are abstract (shapes, dtypes and shardings).
 """
 
@@ -20,11 +20,11 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from electra_jax.core import flops, optim
-from electra_jax.training import rng as rng_lib, train
+from electra_jax.training import flops, optim
+from electra_jax.training import rng as rng_lib, train, validation
 from electra_jax.training.compiled_program import (collective_summary, collectives, cost, memory,
                                                    random_bit_elements, tree_bytes)
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 
 GIB = 1 << 30
 
@@ -117,7 +117,7 @@ def slice_devices(name: str) -> Slice:
   return Slice(name, CHIPS[generation], devices, len({d.process_index for d in devices}))
 
 
-# --- Building the steps: train.py's and finetune/train.py's own functions, abstract inputs. ---
+# --- Building the step: train.py's own functions, abstract inputs. ---
 
 def lower_pretrain_step(config: ml_collections.ConfigDict, devices):
   """(lowered train step, its abstract state) of pretraining on `devices`."""
@@ -131,39 +131,6 @@ def lower_pretrain_step(config: ml_collections.ConfigDict, devices):
   batch = {'input_ids': tokens, 'segment_ids': tokens}  # what training/batches.py delivers
   # The loop passes fold_in(state.rng, step): the state's key's shape, dtype and sharding.
   return step.lower(state, batch, state.rng), state, batch
-
-
-def lower_finetune_step(config: ml_collections.ConfigDict, devices, num_examples: int,
-                        num_outputs: int = 2):
-  """(lowered fine-tuning step, its abstract state, its data) of a GLUE classifier on `devices`.
-
-  `config` is a resolved fine-tuning config (settings.resolve) with the pretrained model in
-  config.model. The step holds the whole tokenized training set (`num_examples` rows,
-  replicated) and the [steps, batch] order on the devices, as finetune/train.py places them.
-  """
-  from electra_jax.finetune import model as model_lib, optim as ft_optim  # pylint: disable=g-import-not-at-top
-  from electra_jax.finetune import train as ft_train  # pylint: disable=g-import-not-at-top
-  model = ft_train.classifier_of(config, config.model, num_outputs)
-  shapes = model_lib.param_shapes(model, config.max_seq_length)
-  total_steps = max(1, int(num_examples * config.num_epochs / config.batch_size))
-  optimizer = ft_optim.make_optimizer(config, shapes, config.model.num_layers, total_steps)
-  compiled = ft_train.compile_steps(model, optimizer, num_outputs == 1, train.make_mesh(devices))
-  init = lambda: train.TrainState(step=jnp.zeros([], jnp.int32), params=shapes,
-                                  opt_state=optimizer.init(shapes),
-                                  rng=jax.random.PRNGKey(0))
-  state = jax.tree.map(
-      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=compiled.replicated),
-      jax.eval_shape(init))
-  rows = lambda dtype: jax.ShapeDtypeStruct((num_examples, config.max_seq_length), dtype,
-                                            sharding=compiled.replicated)
-  inputs = {'input_ids': rows(jnp.int32), 'segment_ids': rows(jnp.int32),
-            'labels': jax.ShapeDtypeStruct((num_examples,),
-                                           jnp.float32 if num_outputs == 1 else jnp.int32,
-                                           sharding=compiled.replicated)}
-  order = jax.ShapeDtypeStruct((total_steps, config.batch_size), jnp.int64
-                               if jax.config.jax_enable_x64 else jnp.int32,
-                               sharding=compiled.order_sharding)
-  return compiled.step.lower(state, inputs, order, None), state, {'inputs': inputs, 'order': order}
 
 
 # --- Reading the compiled program: training/compiled_program.py. ---
@@ -341,26 +308,11 @@ def pretrain_report(config: ml_collections.ConfigDict, sliced: Slice,
   return record
 
 
-def finetune_flops(config: ml_collections.ConfigDict) -> float:
-  """Model FLOPs of one fine-tuning step: the discriminator over B x L tokens, x3 for training
-  (the head, one dense layer on [CLS], is negligible)."""
-  as_pretraining = ml_collections.ConfigDict({
-      'model': config.model.to_dict(), 'batch_size': config.batch_size,
-      'max_seq_length': config.max_seq_length, 'mask_prob': 0.15, 'objective': 'mlm'})
-  parts = flops.forward_flops(as_pretraining)
-  return 3 * (parts['discriminator'] + parts['discriminator_attention'])
-
-
-def finetune_report(config: ml_collections.ConfigDict, sliced: Slice, num_examples: int,
-                    num_outputs: int = 2) -> dict:
-  """One JSON-ready record for fine-tuning (a resolved GLUE config) on `sliced`."""
-  record = {'step': 'finetune', **slice_record(sliced), 'jax': jax.__version__,
-            'dtype': config.dtype, 'batch_size': config.batch_size,
-            'per_chip_batch': config.batch_size / len(sliced.devices),
-            'max_seq_length': config.max_seq_length, 'train_examples': num_examples}
-  start = time.perf_counter()
-  lowered, state, data = lower_finetune_step(config, sliced.devices, num_examples, num_outputs)
-  compiled = compile_outside_the_cache(lowered)
-  record.update(analyse(compiled, time.perf_counter() - start, state, data,
-                        finetune_flops(config), sliced))
-  return record
+def compile_pretraining(config: ml_collections.ConfigDict, topology: str,
+                        search_batch: bool = True) -> dict:
+  """Pretraining's step compiled for the TPU slice `topology`: one JSON-ready record."""
+  sliced = slice_devices(topology)
+  checked = ml_collections.ConfigDict(config.to_dict())
+  checked.data.update(train_files='(synthetic)', sources='', prepared_dir='')  # reads no data
+  validation.validate(checked, len(sliced.devices))
+  return pretrain_report(config, sliced, search_batch)

@@ -20,8 +20,8 @@ import jax
 import orbax.checkpoint as ocp
 
 from electra_jax.training import abandoned_reads
-from electra_jax.core import storage
-from electra_jax.core.errors import UsageError
+from electra_jax.common import storage
+from electra_jax.common.errors import UsageError
 
 DAMAGED = 'damaged_checkpoints'  # beside checkpoints/: where config.checkpoint_fallback moves them
 

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 
 MODES = ('stop', 'skip')
 

@@ -12,7 +12,7 @@ import os
 
 from absl import logging
 
-from electra_jax.core import storage
+from electra_jax.common import storage
 
 
 def format_duration(seconds: float) -> str:

@@ -25,13 +25,14 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from electra_jax.training import checkpoint, batches as batches_lib, nonfinite
-from electra_jax.core import config as config_lib
+from electra_jax.common import config as config_lib
 from electra_jax import objective
-from electra_jax.core import optim, run_lock, storage, validation
+from electra_jax.training import optim, validation
+from electra_jax.common import run_lock, storage
 from electra_jax.training import compile_cache, health, report, two_stage
 from electra_jax.training import rng as rng_lib
-from electra_jax.data import pipeline
-from electra_jax.core.model import count_params, init_params
+from electra_jax.data import pipeline, run_vocab
+from electra_jax.model.networks import count_params, init_params
 
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 
@@ -254,7 +255,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
 def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
   is_chief = jax.process_index() == 0
 
-  vocab = chief_first(lambda: batches_lib.setup_vocab(config, workdir), 'vocab')
+  vocab = chief_first(lambda: run_vocab.setup_vocab(config, workdir), 'vocab')
   train_examples = chief_first(
       lambda: batches_lib.load_examples(config, workdir, vocab, 'train'), 'train data')
   eval_examples = chief_first(

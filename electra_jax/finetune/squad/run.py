@@ -17,11 +17,13 @@ from absl import logging
 import jax
 import ml_collections
 
-from electra_jax.core import run_lock
-from electra_jax.core.errors import UsageError
-from electra_jax.finetune import cpu_threefry, init, optim, qa_model, settings
-from electra_jax.finetune import squad_data, squad_features, squad_metrics, squad_predict
-from electra_jax.finetune import train
+from electra_jax.common import run_lock
+from electra_jax.common.errors import UsageError
+from electra_jax.finetune import cpu_threefry, init, optim, settings
+from electra_jax.finetune.squad import model as qa_model
+from electra_jax.finetune.squad import (data as squad_data, features as squad_features,
+                                        metrics as squad_metrics, predict as squad_predict)
+from electra_jax.finetune import loop as train
 
 DTYPES = train.DTYPES
 

@@ -6,7 +6,7 @@ import sys
 from absl import flags
 from absl import logging as absl_logging
 
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 
 
 def fail(message: str):
@@ -19,7 +19,7 @@ def flags_parser(usage: str):
     config_path = next((a.split('=', 1)[1] for a in argv if a.startswith('--config=')), None)
     try:
       if config_path:
-        from electra_jax.core import config as config_lib  # pylint: disable=g-import-not-at-top
+        from electra_jax.common import config as config_lib  # pylint: disable=g-import-not-at-top
         config_lib.check_overrides(argv, config_path)
       return flags.FLAGS(argv)
     except UsageError as e:

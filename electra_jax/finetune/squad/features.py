@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from electra_jax.finetune.squad_data import Context, Question, SquadSet
+from electra_jax.finetune.squad.data import Context, Question, SquadSet
 
 
 class TokenizedContext(NamedTuple):

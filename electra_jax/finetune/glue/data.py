@@ -16,8 +16,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from electra_jax.data import tfds_source
-from electra_jax.core.errors import UsageError
-from electra_jax.finetune.tasks import Columns, Task
+from electra_jax.common.errors import UsageError
+from electra_jax.finetune.glue.tasks import Columns, Task
 
 STS_RANGE = (0.0, 5.0)  # STS-B similarity scores
 

@@ -11,7 +11,7 @@ train and dev files have no header, so their columns are positions.
 
 import dataclasses
 
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,17 +1,17 @@
 """Checks that a pretraining config's values fit together, before anything runs.
 
 Each mistake is refused with one UsageError naming the field, its value and a fix; numeric
-fields outside the interval where they mean something go through core/bounds.py.
+fields outside the interval where they mean something go through common/bounds.py.
 """
 
 import ml_collections
 
 from electra_jax import objective
-from electra_jax.core import bounds
-from electra_jax.core import model as model_lib
-from electra_jax.core.errors import UsageError
-from electra_jax.core.layers import ATTENTION_IMPLEMENTATIONS
-from electra_jax.core.model import EMBEDDING_SHARING
+from electra_jax.common import bounds
+from electra_jax.model import networks as model_lib
+from electra_jax.common.errors import UsageError
+from electra_jax.model.layers import ATTENTION_IMPLEMENTATIONS
+from electra_jax.model.networks import EMBEDDING_SHARING
 from electra_jax.objective import masking
 from electra_jax.training import nonfinite
 

@@ -7,9 +7,12 @@ configs/finetune/chunk.py: each family's config holds the fields its data and he
 from absl import logging
 import ml_collections
 
-from electra_jax.core import storage
-from electra_jax.core.errors import UsageError
-from electra_jax.finetune import chunk_run, squad_run, tasks, train
+from electra_jax.common import storage
+from electra_jax.common.errors import UsageError
+from electra_jax.finetune.tagging import run as chunk_run
+from electra_jax.finetune.squad import run as squad_run
+from electra_jax.finetune.glue import tasks
+from electra_jax.finetune import loop as train
 from electra_jax.training import compile_cache
 
 # A field only the family's config file has, to tell a config file meant for another family.

@@ -18,8 +18,8 @@ import os
 
 from absl import logging
 
-from electra_jax.core import storage
-from electra_jax.core.errors import UsageError
+from electra_jax.common import storage
+from electra_jax.common.errors import UsageError
 
 
 @contextlib.contextmanager

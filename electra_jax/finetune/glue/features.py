@@ -7,7 +7,7 @@ padding is id 0 after the last [SEP].
 
 import numpy as np
 
-from electra_jax.finetune.glue_data import Examples
+from electra_jax.finetune.glue.data import Examples
 
 
 def truncated_lengths(len_a: int, len_b: int, budget: int) -> tuple[int, int]:

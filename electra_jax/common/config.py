@@ -3,7 +3,7 @@
 The files in configs/ start from `default_config()` and change what their model size needs, so
 this file is the config reference. Any field can be overridden on the command line as
 `--config.<field>=<value>` (e.g. `--config.model.hidden_size=512`). The checks that a config's
-values fit together are in core/validation.py.
+values fit together are in training/validation.py.
 """
 
 import difflib
@@ -14,8 +14,8 @@ import os
 import ml_collections
 from ml_collections import config_dict
 
-from electra_jax.core import storage
-from electra_jax.core.errors import UsageError
+from electra_jax.common import storage
+from electra_jax.common.errors import UsageError
 
 
 def default_config() -> ml_collections.ConfigDict:

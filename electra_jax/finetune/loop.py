@@ -30,11 +30,14 @@ import orbax.checkpoint as ocp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from electra_jax.training import checkpoint, compile_cache, nonfinite
-from electra_jax.core import config as config_lib, optim as pretrain_optim, run_lock
+from electra_jax.common import config as config_lib, run_lock
+from electra_jax.training import optim as pretrain_optim
 from electra_jax.training import train as pretrain
-from electra_jax.core.errors import UsageError
-from electra_jax.finetune import cpu_threefry, features, glue_data, init, metrics, optim, results
-from electra_jax.finetune import model as model_lib, settings, tasks
+from electra_jax.common.errors import UsageError
+from electra_jax.finetune import cpu_threefry, init, optim, results
+from electra_jax.finetune.glue import features, data as glue_data, metrics
+from electra_jax.finetune import model as model_lib, settings
+from electra_jax.finetune.glue import tasks
 
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 

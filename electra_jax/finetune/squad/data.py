@@ -14,7 +14,7 @@ import json
 import os
 from typing import NamedTuple
 
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 
 _WHITESPACE = frozenset(' \t\r\n\u202f')
 

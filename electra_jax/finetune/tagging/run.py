@@ -17,10 +17,11 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from electra_jax.core import run_lock
-from electra_jax.core.errors import UsageError
-from electra_jax.finetune import chunk_data, chunk_metrics, cpu_threefry, init, optim
-from electra_jax.finetune import model as model_lib, settings, train
+from electra_jax.common import run_lock
+from electra_jax.common.errors import UsageError
+from electra_jax.finetune.tagging import data as chunk_data, metrics as chunk_metrics
+from electra_jax.finetune import cpu_threefry, init, optim
+from electra_jax.finetune import model as model_lib, settings, loop as train
 
 
 @dataclasses.dataclass(frozen=True)

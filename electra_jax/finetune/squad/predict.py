@@ -22,8 +22,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from electra_jax.finetune.squad_data import Context, SquadSet
-from electra_jax.finetune.squad_features import TokenizedContext, Windows
+from electra_jax.finetune.squad.data import Context, SquadSet
+from electra_jax.finetune.squad.features import TokenizedContext, Windows
 
 
 class Answers(NamedTuple):

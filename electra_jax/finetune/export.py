@@ -20,8 +20,9 @@ import jax
 import ml_collections
 import orbax.checkpoint as ocp
 
-from electra_jax.core.errors import UsageError
-from electra_jax.finetune import init as finetune_init, tasks, train as finetune_train
+from electra_jax.common.errors import UsageError
+from electra_jax.finetune import init as finetune_init, loop as finetune_train
+from electra_jax.finetune.glue import tasks
 from electra_jax.hf import files, model_card, model_config, params as params_lib, tokenizer
 
 SQUAD_TASKS = ('squad_v1', 'squad_v2')

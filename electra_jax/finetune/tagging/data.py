@@ -17,8 +17,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from electra_jax.core.errors import UsageError
-from electra_jax.finetune import chunk_metrics
+from electra_jax.common.errors import UsageError
+from electra_jax.finetune.tagging import metrics as chunk_metrics
 
 ENCODINGS = ('BIOES', 'BIO')
 IGNORED = -1  # label of the sub-tokens that are not a word's first

@@ -21,7 +21,7 @@ copy head) in place of the replaced-token detector.
 `Electric` (objective 'electric') is the energy-based cloze model's pair, and `Discriminator`
 (generator_kind='unigram') is ELECTRA's discriminator alone, under `Electra`'s parameter names.
 
-The building blocks (embeddings, attention, the encoder, the heads) are core/layers.py's.
+The building blocks (embeddings, attention, the encoder, the heads) are model/layers.py's.
 """
 
 from typing import Any
@@ -31,8 +31,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from electra_jax.core.layers import (DiscriminatorHead, Embeddings, Encoder, MLMHead,
-                                    glorot_init)
+from electra_jax.model.layers import DiscriminatorHead, Embeddings, Encoder, MLMHead, glorot_init
 
 
 def generator_width(config: ml_collections.ConfigDict) -> int:

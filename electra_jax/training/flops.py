@@ -48,7 +48,7 @@ parameter or token count and small next to the matmuls.
 
 import ml_collections
 
-from electra_jax.core.model import generator_depth, generator_width
+from electra_jax.model.networks import generator_depth, generator_width
 from electra_jax.objective.masking import num_slots
 
 # Dense bfloat16 tensor-core peaks (FLOP/s) by device kind, from the vendors' data sheets; the

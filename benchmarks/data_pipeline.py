@@ -1,12 +1,12 @@
 """Data throughput on one CPU core: preparation and reader tokens/s against what training eats.
 
-python -m electra_jax.data.benchmark [--corpus=GLOB] [--copies=4] [--seconds=3]
+python benchmarks/data_pipeline.py [--corpus=GLOB] [--copies=4] [--seconds=3]
 
 Prints JSON lines: the preparation rate (corpus tokens tokenized and packed per second, one
 worker), the reader rate (tokens per second of shuffled batches gathered from a prepared split,
 as the trainer asks for them), and the rate at which the `small` config consumes tokens on one
 TPU v4 chip: the chip's bfloat16 peak x an assumed MFU / the model FLOPs per token of a
-training step (electra_jax.core.flops, generator + discriminator, forward + backward).
+training step (electra_jax.training.flops, generator + discriminator, forward + backward).
 
 The process pins itself to one core first, so the figures are per core; the corpus is copied
 `copies` times to make the timing long enough to be stable. The reader's shards sit in the page
@@ -21,7 +21,8 @@ import time
 from absl import app, flags
 import numpy as np
 
-from electra_jax.core import config as config_lib, flops as flops_lib
+from electra_jax.common import config as config_lib
+from electra_jax.training import flops as flops_lib
 from electra_jax.data import pipeline, preparation, sources as sources_lib, store, text
 
 _CORPUS = flags.DEFINE_string('corpus', '../shared/data/wikitext-2-raw/wiki.*.raw',

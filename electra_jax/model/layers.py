@@ -1,5 +1,5 @@
 """The transformer's building blocks as Flax Linen modules: embeddings, attention, layers, the
-encoder and the two output heads. core/model.py assembles them into the pretraining networks,
+encoder and the two output heads. model/networks.py assembles them into the pretraining networks,
 finetune/ into the fine-tuning ones.
 
 The encoder is BERT's post-LayerNorm transformer with the original's numerics: exact (erf) GELU,

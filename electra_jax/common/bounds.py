@@ -7,7 +7,7 @@ has). So each such field is refused before anything runs, naming its value and i
 An interval is written as it reads in the message: '[0, 1)', '(0, inf)'.
 """
 
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 
 # Both trainers' optimizer fields (pretraining's and fine-tuning's configs spell them alike).
 OPTIMIZER = {'weight_decay': '[0, inf)', 'adam_b1': '[0, 1)', 'adam_b2': '[0, 1)',

@@ -16,7 +16,7 @@ import shutil
 
 from etils import epath
 
-from electra_jax.core.errors import UsageError
+from electra_jax.common.errors import UsageError
 
 # URI scheme: the modules reading and writing a run there needs, and how to install them.
 # gs:// and s3:// are the object stores both epath (through fsspec) and tensorboardX write to;

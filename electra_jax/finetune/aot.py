@@ -1,0 +1,78 @@
+"""The fine-tuning step compiled for a TPU slice on a host without one (training/aot.py's
+machinery applied to finetune/loop.py's own step: same model, optimizer, shardings, donation).
+"""
+
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from electra_jax.finetune import loop, model as model_lib, optim, settings
+from electra_jax.finetune.glue import tasks
+from electra_jax.training import aot, flops, train
+
+
+def lower_finetune_step(config: ml_collections.ConfigDict, devices, num_examples: int,
+                        num_outputs: int = 2):
+  """(lowered fine-tuning step, its abstract state, its data) of a GLUE classifier on `devices`.
+
+  `config` is a resolved fine-tuning config (settings.resolve) with the pretrained model in
+  config.model. The step holds the whole tokenized training set (`num_examples` rows,
+  replicated) and the [steps, batch] order on the devices, as finetune/loop.py places them.
+  """
+  model = loop.classifier_of(config, config.model, num_outputs)
+  shapes = model_lib.param_shapes(model, config.max_seq_length)
+  total_steps = max(1, int(num_examples * config.num_epochs / config.batch_size))
+  optimizer = optim.make_optimizer(config, shapes, config.model.num_layers, total_steps)
+  compiled = loop.compile_steps(model, optimizer, num_outputs == 1, train.make_mesh(devices))
+  init = lambda: train.TrainState(step=jnp.zeros([], jnp.int32), params=shapes,
+                                  opt_state=optimizer.init(shapes),
+                                  rng=jax.random.PRNGKey(0))
+  state = jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=compiled.replicated),
+      jax.eval_shape(init))
+  rows = lambda dtype: jax.ShapeDtypeStruct((num_examples, config.max_seq_length), dtype,
+                                            sharding=compiled.replicated)
+  inputs = {'input_ids': rows(jnp.int32), 'segment_ids': rows(jnp.int32),
+            'labels': jax.ShapeDtypeStruct((num_examples,),
+                                           jnp.float32 if num_outputs == 1 else jnp.int32,
+                                           sharding=compiled.replicated)}
+  order = jax.ShapeDtypeStruct((total_steps, config.batch_size), jnp.int64
+                               if jax.config.jax_enable_x64 else jnp.int32,
+                               sharding=compiled.order_sharding)
+  return compiled.step.lower(state, inputs, order, None), state, {'inputs': inputs, 'order': order}
+
+
+def finetune_flops(config: ml_collections.ConfigDict) -> float:
+  """Model FLOPs of one fine-tuning step: the discriminator over B x L tokens, x3 for training
+  (the head, one dense layer on [CLS], is negligible)."""
+  as_pretraining = ml_collections.ConfigDict({
+      'model': config.model.to_dict(), 'batch_size': config.batch_size,
+      'max_seq_length': config.max_seq_length, 'mask_prob': 0.15, 'objective': 'mlm'})
+  parts = flops.forward_flops(as_pretraining)
+  return 3 * (parts['discriminator'] + parts['discriminator_attention'])
+
+
+def finetune_report(config: ml_collections.ConfigDict, sliced: aot.Slice, num_examples: int,
+                    num_outputs: int = 2) -> dict:
+  """One JSON-ready record for fine-tuning (a resolved GLUE config) on `sliced`."""
+  record = {'step': 'finetune', **aot.slice_record(sliced), 'jax': jax.__version__,
+            'dtype': config.dtype, 'batch_size': config.batch_size,
+            'per_chip_batch': config.batch_size / len(sliced.devices),
+            'max_seq_length': config.max_seq_length, 'train_examples': num_examples}
+  start = time.perf_counter()
+  lowered, state, data = lower_finetune_step(config, sliced.devices, num_examples, num_outputs)
+  compiled = aot.compile_outside_the_cache(lowered)
+  record.update(aot.analyse(compiled, time.perf_counter() - start, state, data,
+                        finetune_flops(config), sliced))
+  return record
+
+
+def compile_finetuning(model: ml_collections.ConfigDict, finetune_config: ml_collections.ConfigDict,
+                       topology: str, num_examples: int = 67349) -> dict:
+  """The GLUE recipe's step on pretrained `model`, compiled for the TPU slice `topology`."""
+  sliced = aot.slice_devices(topology)
+  task = tasks.get_task(finetune_config.task or 'SST-2')  # SST-2: the shape of most GLUE tasks
+  resolved = settings.resolve(finetune_config, task, model, len(sliced.devices))
+  return finetune_report(resolved, sliced, num_examples, task.num_outputs)

@@ -1,0 +1,1 @@
+"""GLUE: the tasks as data, their TSV or TFDS examples, features and metrics."""

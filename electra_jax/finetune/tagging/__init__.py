@@ -1,0 +1,1 @@
+"""Token tagging (CoNLL-2000 chunking): data, span F1, the runner."""
