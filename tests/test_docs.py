@@ -1,8 +1,11 @@
-"""The front door stays open: README.md and docs/*.md link to what exists, and run what exists.
+"""The front door stays open: README.md, docs/*.md, CHANGELOG.md and the study's report link to
+what exists, and run what exists.
 
 Every relative link resolves to a file, every #anchor to a heading of its target (GitHub's slug
-rules), the README stays short, and every command the pages show (`python -m electra_jax.<module>`,
-`python benchmarks/<script>.py`) still starts: run once with --help in a subprocess.
+rules), every path to a Python file that the README and docs/ name exists, and every command the
+pages show (`python -m electra_jax.<module>`, `python -m research.<study>[.<script>]`,
+`python benchmarks/<script>.py`) still starts: run once with --help in a subprocess. The README
+stays short (150 lines, 1,500 words) and docs/ stays a manual (2,000 lines, no dated section).
 """
 
 import collections
@@ -16,15 +19,28 @@ import types
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PAGES = [ROOT / 'README.md'] + sorted((ROOT / 'docs').glob('*.md'))
-README_MAX_LINES = 220
+DOCS = sorted((ROOT / 'docs').glob('*.md'))
+STUDY_REPORT = ROOT / 'research' / 'transfer_study' / 'README.md'
+CHANGELOG = ROOT / 'CHANGELOG.md'
+# Pages whose links must resolve.
+PAGES = [ROOT / 'README.md'] + DOCS + [CHANGELOG] + ([STUDY_REPORT] if STUDY_REPORT.exists() else [])
+# Pages whose commands must start. The changelog names old commands on purpose.
+COMMAND_PAGES = [page for page in PAGES if page != CHANGELOG]
+README_MAX_LINES = 150
+README_MAX_WORDS = 1500
+DOCS_MAX_LINES = 2000
 
 _FENCE = re.compile(r'^\s*(```|~~~)')
 _HEADING = re.compile(r'^(#{1,6})\s+(.+?)\s*#*\s*$')
 _CODE_SPAN = re.compile(r'`[^`\n]*`')
 _LINK = re.compile(r'!?\[[^\]\n]*\]\(\s*<?([^)\s>]+)>?(?:\s+"[^"]*")?\s*\)')
-_MODULE = re.compile(r'\bpython3? -m (electra_jax(?:\.[A-Za-z_]\w*)*)')
+_MODULE = re.compile(r'\bpython3? -m ((?:electra_jax|research)(?:\.[A-Za-z_]\w*)*)')
 _SCRIPT = re.compile(r'\bpython3? (benchmarks/[\w/]+\.py)\b')
+# A path to a Python file of this repository: from its root, or inside the electra_jax package.
+_TOP_FOLDERS = ('electra_jax', 'benchmarks', 'configs', 'tests', 'research', 'launch',
+                'common', 'model', 'objective', 'data', 'training', 'hf', 'finetune')
+_PY_PATH = re.compile(r'(?<![\w/.-])((?:%s)/(?:[\w-]+/)*[\w-]+\.py)\b' % '|'.join(_TOP_FOLDERS))
+_DATE = re.compile(r'20\d\d-\d\d-\d\d')
 
 
 def prose_lines(text):
@@ -89,10 +105,26 @@ def broken_links(text, page, read=lambda p: p.read_text(encoding='utf-8')):
   return problems
 
 
+def missing_python_files(text, root=ROOT):
+  """The paths to Python files that `text` names and that exist neither from the repository's
+  root nor inside the electra_jax package (`training/train.py` is electra_jax/training/train.py).
+  A path may start at a checkout named electra_jax, as on a TPU VM (`electra_jax/configs/base.py`)."""
+  def exists(path):
+    checkout = path[len('electra_jax/'):] if path.startswith('electra_jax/') else path
+    return any((root / p).is_file() for p in (path, f'electra_jax/{path}', checkout))
+  return sorted({path for path in _PY_PATH.findall(text) if not exists(path)})
+
+
+def dated_headings(text):
+  """(line number, heading) of every heading that carries a date: a manual has no dated section."""
+  return [(number, line) for number, line in prose_lines(text)
+          if _HEADING.match(line) and _DATE.search(line)]
+
+
 def commands():
   """The distinct commands the pages show, each as the argv that asks it for --help."""
   found = set()
-  for page in PAGES:
+  for page in COMMAND_PAGES:
     text = page.read_text(encoding='utf-8')
     found.update(('-m', module) for module in _MODULE.findall(text))
     found.update(('script', script) for script in _SCRIPT.findall(text))
@@ -131,9 +163,28 @@ def test_the_link_checker_finds_broken_links(tmp_path):
 
 def test_commands_are_found_in_prose_and_code():
   assert _MODULE.findall('run `python -m electra_jax.prepare --verify=D` or\n'
-                         'python -m electra_jax.data.benchmark, not python -m pytest') == [
-                             'electra_jax.prepare', 'electra_jax.data.benchmark']
+                         'python -m electra_jax.compile --topology=v4-8, not python -m pytest') == [
+                             'electra_jax.prepare', 'electra_jax.compile']
+  assert _MODULE.findall('python -m research.transfer_study --out=runs/transfer and '
+                         'python -m research.transfer_study.linear_probe --help') == [
+                             'research.transfer_study', 'research.transfer_study.linear_probe']
   assert _SCRIPT.findall('python benchmarks/compare.py --size=small') == ['benchmarks/compare.py']
+
+
+def test_the_path_checker_finds_python_files_that_are_not_there(tmp_path):
+  (tmp_path / 'electra_jax' / 'training').mkdir(parents=True)
+  (tmp_path / 'electra_jax' / 'training' / 'train.py').write_text('')
+  (tmp_path / 'benchmarks').mkdir()
+  (tmp_path / 'benchmarks' / 'compare.py').write_text('')
+  text = ('`training/train.py`, `electra_jax/training/train.py`, python benchmarks/compare.py,\n'
+          '`electra_jax/core/model.py`, `training/gone.py` and google-research/electra/finetune/x.py')
+  assert missing_python_files(text, tmp_path) == ['electra_jax/core/model.py', 'training/gone.py']
+
+
+def test_dated_headings_are_found_outside_code_only():
+  text = ('# Page\n## Results (2026-11-26)\nmeasured 2026-11-26 in a paragraph\n'
+          '```\n# 2026-11-26 in a code block\n```\n### Later\n')
+  assert dated_headings(text) == [(2, '## Results (2026-11-26)')]
 
 
 # ------------------------------------------------------------------- the pages
@@ -147,13 +198,32 @@ def test_docs_exist_and_every_link_and_anchor_resolves():
   assert not problems, 'broken links:\n' + '\n'.join(problems)
 
 
+def test_every_python_file_the_readme_and_docs_name_exists():
+  problems = []
+  for page in [ROOT / 'README.md'] + DOCS:
+    problems += [f'{page.name}: {path}' for path in
+                 missing_python_files(page.read_text(encoding='utf-8'))]
+  assert not problems, 'paths to files that do not exist:\n' + '\n'.join(problems)
+
+
 def test_readme_is_short_and_keeps_the_install_and_test_commands():
   text = (ROOT / 'README.md').read_text(encoding='utf-8')
   lines = text.rstrip('\n').split('\n')
   assert len(lines) <= README_MAX_LINES, f'README.md has {len(lines)} lines (at most {README_MAX_LINES})'
+  words = len(text.split())
+  assert words <= README_MAX_WORDS, f'README.md has {words} words (at most {README_MAX_WORDS})'
   # .ci/run runs these two; the README is where a user reads them.
   assert "pip install -e '.[test]'" in text
   assert '```bash\npython -m pytest -q\n```' in text
+
+
+def test_docs_are_a_manual_of_at_most_2000_lines_without_dated_sections():
+  lines = {page.name: len(page.read_text(encoding='utf-8').rstrip('\n').split('\n')) for page in DOCS}
+  assert sum(lines.values()) <= DOCS_MAX_LINES, (
+      f'docs/ has {sum(lines.values())} lines (at most {DOCS_MAX_LINES}): {lines}')
+  dated = [f'{page.name}:{number}: {line}' for page in DOCS
+           for number, line in dated_headings(page.read_text(encoding='utf-8'))]
+  assert not dated, 'dated sections in docs/ (a log belongs to its study):\n' + '\n'.join(dated)
 
 
 def test_the_suite_starts_a_worker_per_test_file_at_most_and_none_for_one():
@@ -173,8 +243,8 @@ def test_the_suite_starts_a_worker_per_test_file_at_most_and_none_for_one():
 def test_every_page_is_linked_from_the_readme():
   text = (ROOT / 'README.md').read_text(encoding='utf-8')
   targets = {target.partition('#')[0] for _, target in links(text)}
-  missing = [p.name for p in PAGES[1:] if f'docs/{p.name}' not in targets]
-  assert not missing, f'docs pages the README does not link: {missing}'
+  missing = [str(p.relative_to(ROOT)) for p in PAGES[1:] if str(p.relative_to(ROOT)) not in targets]
+  assert not missing, f'pages the README does not link: {missing}'
 
 
 COMMANDS = commands()
@@ -182,8 +252,9 @@ COMMANDS = commands()
 
 def test_the_pages_show_the_main_commands():
   shown = {name for _, name in COMMANDS}
-  assert {'electra_jax.main', 'electra_jax.prepare', 'electra_jax.finetune',
-          'benchmarks/transfer_study.py'} <= shown, shown
+  assert {'electra_jax.main', 'electra_jax.prepare', 'electra_jax.finetune', 'electra_jax.export',
+          'electra_jax.import_hf', 'electra_jax.compile', 'electra_jax.benchmark',
+          'research.transfer_study', 'benchmarks/compare.py'} <= shown, shown
 
 
 @pytest.mark.parametrize('kind,name', COMMANDS, ids=[name for _, name in COMMANDS])
