@@ -1,4 +1,8 @@
-"""ELECTRA-Base as in the paper: generator 1/3 of the discriminator's width, 766k steps at 512."""
+"""ELECTRA-Base as in the paper: generator 1/3 of the discriminator's width, 766k steps at 512.
+
+python -m electra_jax.main --config=configs/base.py --workdir=gs://BUCKET/base \
+    --config.data.prepared_dir=data/wiki_books      # see docs/data.md and docs/tpu.md
+"""
 
 from electra_jax.common.config import default_config
 

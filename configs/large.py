@@ -1,4 +1,8 @@
-"""ELECTRA-Large as in the paper: 24 layers, 25% masking, generator 1/4 of the width."""
+"""ELECTRA-Large as in the paper: 24 layers, 25% masking, generator 1/4 of the width.
+
+python -m electra_jax.main --config=configs/large.py --workdir=gs://BUCKET/large \
+    --config.data.prepared_dir=data/wiki_books      # see docs/data.md and docs/tpu.md
+"""
 
 from electra_jax.common.config import default_config
 

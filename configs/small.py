@@ -1,4 +1,8 @@
-"""ELECTRA-Small as in the paper: 14M-parameter discriminator, generator 1/4 of its width."""
+"""ELECTRA-Small as in the paper: 14M-parameter discriminator, generator 1/4 of its width.
+
+python -m electra_jax.main --config=configs/small.py --workdir=runs/small \
+    --config.data.train_files='corpus/*.txt'
+"""
 
 from electra_jax.common.config import default_config
 

@@ -18,12 +18,9 @@ from electra_jax.finetune.settings import shared_recipe
 def get_config():
   c = shared_recipe(os.path.join(os.path.dirname(__file__), 'glue.py'))
   c.task = 'squad_v1'          # squad_v1 or squad_v2
-  # The official JSON files in data_dir; '' = the official names (train-v1.1.json,
-  # dev-v1.1.json; train-v2.0.json, dev-v2.0.json). squad_v1 reads a 2.0 file's answerable
-  # questions only (they are SQuAD 1.1's).
-  c.data_dir = ''
-  c.train_file = ''
-  c.dev_file = ''
+  c.data_dir = ''              # the official JSON files (squad_v1 reads 2.0's answerable only)
+  c.train_file = ''            # '' = the official name (train-v1.1.json, train-v2.0.json)
+  c.dev_file = ''              # '' = the official name (dev-v1.1.json, dev-v2.0.json)
   c.train_articles = 0         # > 0: only the first N articles of the train file
   c.dev_articles = 0           # > 0: only the first N articles of the dev file
 
@@ -34,16 +31,10 @@ def get_config():
   c.batch_size = 32            # train_batch_size 32
   c.eval_batch_size = 32       # predict_batch_size 32
 
-  # 'electra': the original's head (joint_prediction=True: end conditioned on the start;
-  # SQuAD 2.0 adds its answerability classifier, answerable_uses_start_logits=True, loss
-  # weight answerable_weight 0.5). 'plain': transformers' ElectraForQuestionAnswering, one
-  # dense(2) layer for independent start and end logits.
+  # 'electra' (the original's: end conditioned on start) or 'plain' (ElectraForQuestionAnswering's).
   c.head = 'electra'
   c.beam_size = 20             # beam_size 20: starts kept, and ends per start ('electra')
-  c.n_best_size = 20           # n_best_size 20: answers kept per question ('plain': the
-                               # starts and ends tried)
+  c.n_best_size = 20           # n_best_size 20: answers kept per question ('plain': starts, ends)
   c.max_answer_length = 30     # max_answer_length 30 sub-tokens
-  # SQuAD 2.0: predict "no answer" where the no-answer score exceeds this (qa_na_threshold
-  # -2.75, for the answerability logit). results.json also reports the best threshold on dev.
-  c.na_threshold = -2.75
+  c.na_threshold = -2.75       # SQuAD 2.0: "no answer" above this score (qa_na_threshold -2.75)
   return c
