@@ -4,7 +4,7 @@ ELECTRA's discriminator can give up. When the generator's samples are too plausi
 gives every token the same probability of being replaced. Its loss then sits at the entropy of
 the replaced share and its AUC at chance, and later steps teach it nothing. The loss curve
 still looks fine (it falls from ~0.69 to ~0.38 within a few hundred steps), so the failure
-shows only in fine-tuning, hours later. Measured (docs/transfer_study.md):
+shows only in fine-tuning, hours later. Measured (research/transfer_study/LOG.md):
 - tiny's generator (width 32, temperature 1): held-out AUC 0.51-0.54 for 6,750 steps;
 - a 4 x 256 discriminator with a generator a quarter of its width at temperature 1: 0.49-0.51
   through 3,800 steps, and an encoder that fine-tuning could not move (SST-2 and MRPC at the
@@ -15,8 +15,7 @@ A weaker generator (narrower, or sampled hotter) kept both learning.
 import math
 
 # Held-out AUC under 0.5 + this is "at chance": a random scorer's AUC on 2,000 tokens has a
-# standard deviation of ~0.02, and the runs of docs/transfer_study.md that went on to learn were
-# at 0.71-0.77 by step 500-1,000.
+# standard deviation of ~0.02; runs that went on to learn were at 0.71-0.77 by step 500-1,000.
 CHANCE_MARGIN = 0.05
 
 
