@@ -247,6 +247,32 @@ def test_trained_export_matches_transformers(trained):
                             f'trained {TRAIN_STEPS} steps')
 
 
+def test_export_reads_the_parameters_alone(trained, monkeypatch):
+  """load_run restores the checkpoint's params branch only: no optimizer is built, and what it
+  reads equals the params of the whole restored train state, bit for bit."""
+  # pylint: disable-next=g-import-not-at-top
+  from electra_jax.training import checkpoint, optim, train
+  workdir, _ = trained
+  config = exporting.load_run_config(str(workdir))
+  replicated = jax.sharding.NamedSharding(train.make_mesh(), jax.sharding.PartitionSpec())
+  state = train.abstract_train_state(config, train.make_model(config),
+                                     optim.make_optimizer(config), replicated)
+  manager = checkpoint.make_manager(str(workdir), config.keep_checkpoints)
+  whole = jax.device_get(checkpoint.restore(manager, TRAIN_STEPS, state).params)
+  manager.close()
+
+  def no_optimizer(*args, **kwargs):
+    raise AssertionError('export built an optimizer')
+  monkeypatch.setattr(optim, 'make_optimizer', no_optimizer)
+  before = sorted(p.relative_to(workdir) for p in workdir.rglob('*'))
+  params = exporting.load_run(str(workdir)).params
+  assert sorted(p.relative_to(workdir) for p in workdir.rglob('*')) == before  # wrote nothing
+  assert jax.tree.structure(params) == jax.tree.structure(whole)
+  for read, restored in zip(jax.tree.leaves(params), jax.tree.leaves(whole)):
+    assert isinstance(read, np.ndarray) and read.dtype == restored.dtype
+    np.testing.assert_array_equal(read, restored)
+
+
 def test_each_export_carries_a_model_card_the_hub_reads(trained, wikitext):
   huggingface_hub = pytest.importorskip('huggingface_hub')
   workdir, out = trained

@@ -13,14 +13,11 @@ import os
 import shutil
 from typing import Any, NamedTuple
 
-import jax
 import ml_collections
-from jax.sharding import NamedSharding, PartitionSpec as P
 
 from electra_jax.training import checkpoint
 from electra_jax.data import run_vocab
 from electra_jax.common import config as config_lib
-from electra_jax.training import optim
 from electra_jax.model import networks as model_lib
 from electra_jax.common import storage
 from electra_jax.training import train
@@ -63,13 +60,6 @@ def load_run_config(workdir: str) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(saved)
 
 
-def abstract_state(config: ml_collections.ConfigDict) -> train.TrainState:
-  """The trainer's state as shapes, replicated on this host's devices, allocating nothing."""
-  replicated = NamedSharding(train.make_mesh(), P())
-  return train.abstract_train_state(config, train.make_model(config),
-                                    optim.make_optimizer(config), replicated)
-
-
 def load_run(workdir: str, step: int | None = None) -> Run:
   """Config, parameters (checkpoint `step`, default the latest) and vocabulary of a run."""
   config = load_run_config(workdir)
@@ -86,14 +76,14 @@ def load_run(workdir: str, step: int | None = None) -> Run:
   elif step not in steps:
     raise UsageError(f"'{workdir}' has no checkpoint of step {step}; it has steps "
                      f'{", ".join(map(str, steps))}')
-  state = checkpoint.restore(manager, step, abstract_state(config))
+  params = checkpoint.restore_params(manager, step, train.abstract_params(config))
   manager.close()
   vocab = run_vocab.load_run_vocab(workdir, run_vocab.local_dir(config, workdir))
   if vocab.size != config.model.vocab_size:
     raise UsageError(f'the vocabulary {vocab.model_path} has {vocab.size} pieces but the run\'s '
                      f'model has vocab_size={config.model.vocab_size}; it is not this run\'s '
                      'vocabulary')
-  return Run(config, jax.device_get(state.params), vocab, step)
+  return Run(config, params, vocab, step)
 
 
 def export_params(params: dict[str, Any], model: ml_collections.ConfigDict, vocab,

@@ -17,6 +17,7 @@ import os
 from absl import logging
 from etils import epath
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 from electra_jax.training import abandoned_reads
@@ -94,22 +95,7 @@ def restore(manager: ocp.CheckpointManager, step: int, state, run_identity: dict
   Raises DamagedCheckpoint if its files cannot be read, and a UsageError if it belongs to another
   objective or model (by `run_identity`, where the checkpoint recorded one, and by shapes).
   """
-  name = f'checkpoint {manager.directory}/{step}'
-  abandoned_reads.keep_quiet(str(manager.directory))  # reading metadata reads many files too
-  try:
-    saved_identity = manager.metadata(step).custom_metadata or {}
-    saved_params = manager.item_metadata(step)['params']
-  except Exception as e:  # pylint: disable=broad-except  (any unreadable file is damage)
-    abandoned_reads.settle_before_exit()
-    raise DamagedCheckpoint(f'{name} cannot be read: {_reason(e)}') from None
-  # The objective first (it explains every tensor that differs), then the shapes (they name the
-  # tensor), then the model fields no shape shows (num_heads, dropout rates).
-  check_identity = run_identity and saved_identity
-  if check_identity:
-    _check_objective(name, saved_identity, run_identity)
-  _check_params_fit(name, saved_params, state.params)
-  if check_identity:
-    _check_model(name, saved_identity, run_identity)
+  name = _check_fits(manager, step, state.params, run_identity)
   target = jax.tree.map(
       lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
   try:
@@ -124,6 +110,50 @@ def restore(manager: ocp.CheckpointManager, step: int, state, run_identity: dict
           'resume with the settings and versions it was saved with, or use a new --workdir'
       ) from None
     raise DamagedCheckpoint(f'{name} cannot be read: {_reason(e)}') from None
+
+
+def restore_params(manager: ocp.CheckpointManager, step: int, params,
+                   run_identity: dict | None = None) -> dict:
+  """Only the parameters of checkpoint `step`, as host numpy arrays of `params`' shapes.
+
+  What export and fine-tuning need: no optimizer is built and its state is not read, and nothing
+  is placed on a device. Checked as `restore` checks a whole state.
+  """
+  name = _check_fits(manager, step, params, run_identity)
+  item = {'params': jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)}
+  host_arrays = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)
+  # The state was saved as one tree; a tree handler reads back the `params` branch of it alone.
+  reader = ocp.CheckpointManager(manager.directory, item_handlers=ocp.PyTreeCheckpointHandler())
+  try:
+    return reader.restore(step, args=ocp.args.PyTreeRestore(
+        item=item, restore_args=host_arrays, partial_restore=True))['params']
+  except Exception as e:  # pylint: disable=broad-except
+    abandoned_reads.settle_before_exit()
+    raise DamagedCheckpoint(f'{name} cannot be read: {_reason(e)}') from None
+  finally:
+    reader.close()
+
+
+def _check_fits(manager: ocp.CheckpointManager, step: int, params,
+                run_identity: dict | None) -> str:
+  """The checkpoint's name, once its metadata reads and its parameters fit `params`."""
+  name = f'checkpoint {manager.directory}/{step}'
+  abandoned_reads.keep_quiet(str(manager.directory))  # reading metadata reads many files too
+  try:
+    saved_identity = manager.metadata(step).custom_metadata or {}
+    saved_params = manager.item_metadata(step)['params']
+  except Exception as e:  # pylint: disable=broad-except  (any unreadable file is damage)
+    abandoned_reads.settle_before_exit()
+    raise DamagedCheckpoint(f'{name} cannot be read: {_reason(e)}') from None
+  # The objective first (it explains every tensor that differs), then the shapes (they name the
+  # tensor), then the model fields no shape shows (num_heads, dropout rates).
+  check_identity = run_identity and saved_identity
+  if check_identity:
+    _check_objective(name, saved_identity, run_identity)
+  _check_params_fit(name, saved_params, params)
+  if check_identity:
+    _check_model(name, saved_identity, run_identity)
+  return name
 
 
 def _is_other_layout(error: Exception) -> bool:

@@ -79,6 +79,12 @@ def create_train_state(config, model, optimizer, replicated) -> TrainState:
   return jax.jit(_init_state_fn(config, model, optimizer), out_shardings=replicated)()
 
 
+def abstract_params(config) -> dict:
+  """Shapes and dtypes of the parameters of the network `config` trains, computing nothing."""
+  model = make_model(config)
+  return jax.eval_shape(lambda: init_params(model, rng_lib.base_key(config), config.max_seq_length))
+
+
 def abstract_train_state(config, model, optimizer, replicated) -> TrainState:
   """Shapes, dtypes and shardings of the state, without computing (or allocating) it."""
   shapes = jax.eval_shape(_init_state_fn(config, model, optimizer))
