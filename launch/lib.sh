@@ -21,6 +21,10 @@ die() {
   exit 1
 }
 
+warn() {
+  printf 'warning: %s\n' "$*" >&2
+}
+
 # Wraps one argument in single quotes for a shell: a'b becomes 'a'\''b'.
 single_quote() {
   local escaped=${1//\'/\'\\\'\'}
@@ -113,11 +117,94 @@ remote_train_command() {
 }
 
 # Refuses to touch Google Cloud while the setting named $1 still holds the placeholder $2 (or a
-# value built from it). A dry run may keep placeholders: it only prints.
+# path under it: gs://my-bucket/corpus, not gs://my-bucket-2). A dry run may keep placeholders:
+# it only prints, and note_placeholders names them.
+PLACEHOLDERS=()
 require_setting() {
   local name="$1" placeholder="$2"
-  if [[ "${DRY_RUN}" != 1 && "${!name}" == *"${placeholder}"* ]]; then
-    die "set ${name} (it is still '${placeholder}'): edit the top of $0, or run ${name}=... $0 ..."
+  if [[ "${!name}" == "${placeholder}" || "${!name}" == "${placeholder}/"* ]]; then
+    if [[ "${DRY_RUN}" != 1 ]]; then
+      die "set ${name} (it is still '${placeholder}'): edit the top of $0, or run ${name}=... $0 ..."
+    fi
+    PLACEHOLDERS+=("${name}=${!name}")
+  fi
+}
+
+# In a dry run, one comment line naming the settings require_setting found still at their
+# placeholders, so that the printed commands are not mistaken for ready ones.
+note_placeholders() {
+  if [[ "${DRY_RUN}" == 1 && ${#PLACEHOLDERS[@]} -gt 0 ]]; then
+    printf '# Placeholders, to set before a real run (which refuses them): %s\n' \
+      "${PLACEHOLDERS[*]}"
+  fi
+}
+
+# ---- TPU generations. From the Cloud TPU docs ("TPU software versions", "TPU regions and zones").
+
+# The generation of an accelerator type: v4, v5e (which gcloud names v5litepod-N), v5p or v6e;
+# nothing for the others.
+tpu_family() {
+  case "$1" in
+    v4-*) printf 'v4' ;;
+    v5litepod-*) printf 'v5e' ;;
+    v5p-*) printf 'v5p' ;;
+    v6e-*) printf 'v6e' ;;
+  esac
+}
+
+# The runtime version (the VM's OS image) for JAX on a generation's TPUs.
+family_runtime() {
+  case "$1" in
+    v4) printf 'tpu-ubuntu2204-base' ;;
+    v5e) printf 'v2-alpha-tpuv5-lite' ;;
+    v5p) printf 'v2-alpha-tpuv5' ;;
+    v6e) printf 'v2-alpha-tpuv6e' ;;
+  esac
+}
+
+# Zones that offer every slice of a generation, the launcher's default first (the docs add
+# single-tenant and newer zones; any zone that has the type works).
+family_zones() {
+  case "$1" in
+    v4) printf 'us-central2-b' ;;
+    v5e) printf 'us-west4-a us-central1-a us-south1-a us-west1-c' ;;
+    v5p) printf 'us-east5-a us-central1-a' ;;
+    v6e) printf 'us-east5-b us-east5-a us-east1-d us-central1-b europe-west4-a' ;;
+  esac
+}
+
+# Sets RUNTIME_VERSION and ZONE for ACCELERATOR_TYPE where they are empty, before anything runs:
+# a runtime of another generation is refused (gcloud would refuse the VM), and a zone not known
+# to offer the generation is warned about (the list may lag the docs).
+choose_runtime_and_zone() {
+  local family runtime zones other
+  family="$(tpu_family "${ACCELERATOR_TYPE}")"
+  if [[ -z "${family}" ]]; then
+    if [[ "${ACCELERATOR_TYPE}" == v5e-* ]]; then
+      die "ACCELERATOR_TYPE=${ACCELERATOR_TYPE}: gcloud names v5e slices v5litepod-N, e.g." \
+        "ACCELERATOR_TYPE=v5litepod-${ACCELERATOR_TYPE#v5e-}"
+    fi
+    if [[ -z "${RUNTIME_VERSION}" || -z "${ZONE}" ]]; then
+      die "ACCELERATOR_TYPE=${ACCELERATOR_TYPE}: the launcher knows the runtime and zones of" \
+        "v4-N, v5litepod-N, v5p-N and v6e-N only; for another type set RUNTIME_VERSION and ZONE"
+    fi
+    return 0
+  fi
+  runtime="$(family_runtime "${family}")"
+  zones="$(family_zones "${family}")"
+  for other in v4 v5e v5p v6e; do
+    if [[ "${other}" != "${family}" && "${RUNTIME_VERSION}" == "$(family_runtime "${other}")" ]]
+    then
+      die "RUNTIME_VERSION=${RUNTIME_VERSION} is ${other}'s runtime:" \
+        "${ACCELERATOR_TYPE} (${family}) needs ${runtime}, in one of the zones ${zones};" \
+        "leave RUNTIME_VERSION unset to get it"
+    fi
+  done
+  RUNTIME_VERSION="${RUNTIME_VERSION:-${runtime}}"
+  ZONE="${ZONE:-${zones%% *}}"
+  if [[ " ${zones} " != *" ${ZONE} "* ]]; then
+    warn "ZONE=${ZONE} is not among the zones known to offer ${family} (${zones}); gcloud" \
+      "refuses a zone without ${ACCELERATOR_TYPE} (Cloud TPU docs: 'TPU regions and zones')"
   fi
 }
 
@@ -159,6 +246,10 @@ check_commands() {
   for command in "$@"; do
     case "${command}" in
       -h|--help|help) usage 0 ;;
+      -*)
+        printf 'unknown option: %s (the one option is --dry-run, anywhere on the line)\n\n' \
+          "${command}" >&2
+        usage 2 ;;
     esac
     if [[ "${known}" != *" ${command} "* ]]; then
       printf 'unknown command: %s\n\n' "${command}" >&2
@@ -167,8 +258,22 @@ check_commands() {
   done
 }
 
+# Sets DRY_RUN=1 for a --dry-run anywhere on the line, and COMMANDS to the other words.
+parse_arguments() {
+  local arg
+  COMMANDS=()
+  for arg in "$@"; do
+    if [[ "${arg}" == --dry-run ]]; then
+      DRY_RUN=1
+    else
+      COMMANDS+=("${arg}")
+    fi
+  done
+}
+
 # What every launcher checks before it runs anything: the commands $2.. are among those it knows
-# ($1), PROJECT is set, and DATA_SOURCE is when the corpus is to be copied.
+# ($1), PROJECT is set, DATA_SOURCE is when the corpus is to be copied, and ACCELERATOR_TYPE has
+# a runtime and a zone.
 check_launch() {
   local known=$1
   shift
@@ -185,6 +290,7 @@ check_launch() {
         "variables to pass, e.g. TRAIN_ENV='LIBTPU_INIT_ARGS TPU_STDERR_LOG_LEVEL'"
     fi
   done
+  choose_runtime_and_zone
 }
 
 # Runs the launcher's commands in the order given (each is a function of the launcher; three

@@ -19,7 +19,7 @@
 #   delete   delete the queued resource and the slice with it (it is billed until then)
 #
 # Example: launch/tpu_pod.sh create setup data train logs
-# --dry-run (or DRY_RUN=1) prints the commands without running them.
+# --dry-run (or DRY_RUN=1), anywhere on the line, prints the commands without running them.
 #
 # The workdir is WORKDIR, a gs:// folder: all workers write parts of each Orbax checkpoint, so
 # they need storage they all reach (`setup` installs the gcs extra that reads and writes it).
@@ -31,12 +31,13 @@ set -euo pipefail
 # ---- Settings. Edit them here, or set any of them in the environment:
 #      PROJECT=my-project BUCKET=gs://my-bucket launch/tpu_pod.sh create
 PROJECT="${PROJECT:-my-gcp-project}"              # Google Cloud project that pays for the TPU
-ZONE="${ZONE:-us-central2-b}"                      # a zone that has ACCELERATOR_TYPE (v4: us-central2-b)
+ZONE="${ZONE:-}"                                   # '' = one that has ACCELERATOR_TYPE (lib.sh)
 TPU_NAME="${TPU_NAME:-electra-pod}"                # name of the slice (the queued resource's node)
 QUEUED_RESOURCE="${QUEUED_RESOURCE:-${TPU_NAME}-request}"  # name of the queued resource
 ACCELERATOR_TYPE="${ACCELERATOR_TYPE:-v4-32}"      # several hosts: v4-32 (4 hosts), v5litepod-32, ...
-RUNTIME_VERSION="${RUNTIME_VERSION:-tpu-ubuntu2204-base}"  # OS image: tpu-ubuntu2204-base (v4),
-                                                   # v2-alpha-tpuv5-lite (v5e), v2-alpha-tpuv6e (v6e)
+RUNTIME_VERSION="${RUNTIME_VERSION:-}"             # OS image; '' = ACCELERATOR_TYPE's:
+                                                   # tpu-ubuntu2204-base (v4), v2-alpha-tpuv5-lite
+                                                   # (v5e), v2-alpha-tpuv5 (v5p), v2-alpha-tpuv6e (v6e)
 SPOT="${SPOT:-0}"                                  # 1: spot capacity, far cheaper but preemptible
 SCOPES="${SCOPES:-https://www.googleapis.com/auth/cloud-platform}"  # lets the VMs use the bucket
 WAIT_SECONDS="${WAIT_SECONDS:-60}"                 # how often `wait` asks for the slice's state
@@ -193,15 +194,15 @@ delete() {
 }
 
 main() {
-  if [[ "${1:-}" == --dry-run ]]; then
-    DRY_RUN=1
-    shift
-  fi
-  check_launch "create wait status setup data train logs export fetch ssh delete" "$@"
-  if [[ " $* " == *" train "* || " $* " == *" export "* || " $* " == *" fetch "* ]]; then
+  parse_arguments "$@"
+  check_launch "create wait status setup data train logs export fetch ssh delete" \
+    ${COMMANDS[@]+"${COMMANDS[@]}"}
+  if [[ " ${COMMANDS[*]-} " == *" train "* || " ${COMMANDS[*]-} " == *" export "* ||
+        " ${COMMANDS[*]-} " == *" fetch "* ]]; then
     require_setting WORKDIR gs://my-bucket
   fi
-  run_commands "$@"
+  note_placeholders
+  run_commands ${COMMANDS[@]+"${COMMANDS[@]}"}
 }
 
 main "$@"

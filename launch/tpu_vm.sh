@@ -16,17 +16,18 @@
 #   delete   delete the TPU VM (it is billed until then)
 #
 # Example: launch/tpu_vm.sh create setup data train logs
-# --dry-run (or DRY_RUN=1) prints the commands without running them.
+# --dry-run (or DRY_RUN=1), anywhere on the line, prints the commands without running them.
 set -euo pipefail
 
 # ---- Settings. Edit them here, or set any of them in the environment:
 #      PROJECT=my-project BUCKET=gs://my-bucket launch/tpu_vm.sh create
 PROJECT="${PROJECT:-my-gcp-project}"              # Google Cloud project that pays for the TPU
-ZONE="${ZONE:-us-central2-b}"                      # a zone that has ACCELERATOR_TYPE (v4: us-central2-b)
+ZONE="${ZONE:-}"                                   # '' = one that has ACCELERATOR_TYPE (lib.sh)
 TPU_NAME="${TPU_NAME:-electra-tpu}"                # name of the TPU VM
 ACCELERATOR_TYPE="${ACCELERATOR_TYPE:-v4-8}"       # one host: v4-8, v5litepod-8, v6e-8
-RUNTIME_VERSION="${RUNTIME_VERSION:-tpu-ubuntu2204-base}"  # OS image: tpu-ubuntu2204-base (v4),
-                                                   # v2-alpha-tpuv5-lite (v5e), v2-alpha-tpuv6e (v6e)
+RUNTIME_VERSION="${RUNTIME_VERSION:-}"             # OS image; '' = ACCELERATOR_TYPE's:
+                                                   # tpu-ubuntu2204-base (v4), v2-alpha-tpuv5-lite
+                                                   # (v5e), v2-alpha-tpuv5 (v5p), v2-alpha-tpuv6e (v6e)
 SPOT="${SPOT:-0}"                                  # 1: a spot VM, far cheaper but preemptible
 SCOPES="${SCOPES:-https://www.googleapis.com/auth/cloud-platform}"  # lets the VM use the bucket
 BUCKET="${BUCKET:-gs://my-bucket}"                 # Cloud Storage bucket for the corpus and results
@@ -159,15 +160,13 @@ delete() {
 }
 
 main() {
-  if [[ "${1:-}" == --dry-run ]]; then
-    DRY_RUN=1
-    shift
-  fi
-  check_launch "create setup data train logs export save fetch ssh delete" "$@"
-  if [[ " $* " == *" save "* ]]; then
+  parse_arguments "$@"
+  check_launch "create setup data train logs export save fetch ssh delete" ${COMMANDS[@]+"${COMMANDS[@]}"}
+  if [[ " ${COMMANDS[*]-} " == *" save "* ]]; then
     require_setting RESULTS_URI gs://my-bucket
   fi
-  run_commands "$@"
+  note_placeholders
+  run_commands ${COMMANDS[@]+"${COMMANDS[@]}"}
 }
 
 main "$@"

@@ -20,7 +20,7 @@ SETTINGS = ('PROJECT', 'ZONE', 'TPU_NAME', 'QUEUED_RESOURCE', 'ACCELERATOR_TYPE'
             'SPOT', 'SCOPES', 'WAIT_SECONDS', 'BUCKET', 'CONFIG', 'RUN_NAME', 'WORKDIR',
             'DATA_SOURCE', 'TRAIN_FILES', 'EVAL_FILES', 'EXTRA_FLAGS', 'RESULTS_URI',
             'LOCAL_RESULTS', 'REPO_URL', 'DRY_RUN', 'LIBTPU_INIT_ARGS', 'TRAIN_ENV',
-            'ELECTRA_TRAIN_ENV')
+            'ELECTRA_TRAIN_ENV', 'JAX_EXTRA')
 
 
 def script_env(tmp_path, **settings):
@@ -191,6 +191,101 @@ def fake_gcloud_env(tmp_path, states=''):
   return env
 
 
+# Each TPU generation's runtime version and a zone that offers it (Cloud TPU docs: "TPU software
+# versions", "TPU regions and zones").
+GENERATIONS = [('tpu_vm.sh', 'v5litepod-8', 'v2-alpha-tpuv5-lite', 'us-west4-a'),
+               ('tpu_vm.sh', 'v5p-8', 'v2-alpha-tpuv5', 'us-east5-a'),
+               ('tpu_vm.sh', 'v6e-8', 'v2-alpha-tpuv6e', 'us-east5-b'),
+               ('tpu_pod.sh', 'v5litepod-32', 'v2-alpha-tpuv5-lite', 'us-west4-a'),
+               ('tpu_pod.sh', 'v6e-32', 'v2-alpha-tpuv6e', 'us-east5-b')]
+
+
+@pytest.mark.parametrize('script,accelerator,runtime,zone', GENERATIONS,
+                         ids=[f'{g[0]}-{g[1]}' for g in GENERATIONS])
+def test_the_runtime_and_zone_follow_the_accelerator_type(tmp_path, script, accelerator, runtime,
+                                                          zone):
+  env = script_env(tmp_path, PROJECT='p', ACCELERATOR_TYPE=accelerator)
+  result = run_script(script, '--dry-run', 'create', env=env)
+  assert result.returncode == 0, result.stderr
+  flag = '--version' if script == 'tpu_vm.sh' else '--runtime-version'
+  assert f'--accelerator-type={accelerator} {flag}={runtime} ' in result.stdout, result.stdout
+  assert f'--project=p --zone={zone} ' in result.stdout, result.stdout
+  assert 'tpu-ubuntu2204-base' not in result.stdout and 'us-central2-b' not in result.stdout
+  assert result.stderr == ''
+
+
+def test_a_runtime_or_type_the_accelerator_cannot_take_is_refused_with_the_right_one(tmp_path):
+  for script in ('tpu_vm.sh', 'tpu_pod.sh'):
+    env = script_env(tmp_path, PROJECT='p', ACCELERATOR_TYPE='v5litepod-8',
+                     RUNTIME_VERSION='tpu-ubuntu2204-base')
+    refused = run_script(script, '--dry-run', 'create', env=env)
+    assert refused.returncode == 1 and refused.stdout == ''
+    assert refused.stderr.strip() == (
+        "error: RUNTIME_VERSION=tpu-ubuntu2204-base is v4's runtime: v5litepod-8 (v5e) needs "
+        'v2-alpha-tpuv5-lite, in one of the zones us-west4-a us-central1-a us-south1-a '
+        'us-west1-c; leave RUNTIME_VERSION unset to get it')
+  misnamed = run_script('tpu_vm.sh', '--dry-run', 'create',
+                        env=script_env(tmp_path, PROJECT='p', ACCELERATOR_TYPE='v5e-8'))
+  assert misnamed.returncode == 1
+  assert 'gcloud names v5e slices v5litepod-N, e.g. ACCELERATOR_TYPE=v5litepod-8' in misnamed.stderr
+  unknown = script_env(tmp_path, PROJECT='p', ACCELERATOR_TYPE='v3-8')
+  refused = run_script('tpu_vm.sh', '--dry-run', 'create', env=unknown)
+  assert refused.returncode == 1 and 'set RUNTIME_VERSION and ZONE' in refused.stderr
+  given = run_script('tpu_vm.sh', '--dry-run', 'create',
+                     env={**unknown, 'RUNTIME_VERSION': 'tpu-ubuntu2204-base',
+                          'ZONE': 'us-central1-a'})
+  assert given.returncode == 0, given.stderr
+  assert '--zone=us-central1-a --accelerator-type=v3-8 --version=tpu-ubuntu2204-base' in given.stdout
+  # A zone the launcher does not know to offer the type is the user's to choose: kept, with a
+  # warning that names the zones that do.
+  elsewhere = run_script('tpu_vm.sh', '--dry-run', 'create',
+                         env=script_env(tmp_path, PROJECT='p', ACCELERATOR_TYPE='v6e-8',
+                                        ZONE='us-central2-b'))
+  assert elsewhere.returncode == 0, elsewhere.stderr
+  assert '--zone=us-central2-b --accelerator-type=v6e-8 --version=v2-alpha-tpuv6e' in elsewhere.stdout
+  assert elsewhere.stderr.startswith(
+      'warning: ZONE=us-central2-b is not among the zones known to offer v6e (us-east5-b '
+      'us-east5-a us-east1-d us-central1-b europe-west4-a)'), elsewhere.stderr
+
+
+def test_a_dry_run_names_the_placeholders_it_prints(tmp_path):
+  result = run_script('tpu_vm.sh', '--dry-run', 'create', 'data', 'save', env=script_env(tmp_path))
+  assert result.returncode == 0, result.stderr
+  notes = [line for line in result.stdout.splitlines() if 'laceholder' in line]
+  assert notes == ['# Placeholders, to set before a real run (which refuses them): '
+                   'PROJECT=my-gcp-project DATA_SOURCE=gs://my-bucket/corpus '
+                   'RESULTS_URI=gs://my-bucket/runs/base'], result.stdout
+  pod = run_script('tpu_pod.sh', '--dry-run', 'train', env=script_env(tmp_path, PROJECT='p'))
+  assert pod.returncode == 0, pod.stderr
+  assert ('# Placeholders, to set before a real run (which refuses them): '
+          'WORKDIR=gs://my-bucket/runs/base-pod\n') in pod.stdout
+  ready = run_script('tpu_vm.sh', '--dry-run', 'create', 'data', 'save',
+                     env=script_env(tmp_path, PROJECT='p', BUCKET='gs://b'))
+  assert ready.returncode == 0 and 'laceholder' not in ready.stdout
+
+
+def test_a_bucket_named_like_the_placeholder_is_not_one(tmp_path):
+  env = fake_gcloud_env(tmp_path)
+  result = run_script('tpu_vm.sh', 'save', env={**env, 'BUCKET': 'gs://my-bucket-2'})
+  assert result.returncode == 0, result.stderr
+  assert 'gs://my-bucket-2/runs/base' in (tmp_path / 'gcloud.log').read_text()
+
+
+@pytest.mark.parametrize('script', ['tpu_vm.sh', 'tpu_pod.sh'])
+def test_dry_run_goes_anywhere_on_the_line(tmp_path, script):
+  env = fake_gcloud_env(tmp_path)
+  first = run_script(script, '--dry-run', 'create', 'delete', env=env)
+  for args in (('create', '--dry-run', 'delete'), ('create', 'delete', '--dry-run')):
+    result = run_script(script, *args, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == first.stdout and 'gcloud compute tpus' in result.stdout
+  assert not (tmp_path / 'gcloud.log').exists(), 'a dry run must run no gcloud command'
+  wrong = run_script(script, 'create', '--dryrun', env=env)
+  assert wrong.returncode == 2 and wrong.stdout == ''
+  assert wrong.stderr.startswith(
+      'unknown option: --dryrun (the one option is --dry-run, anywhere on the line)')
+
+
 def test_pod_create_waits_for_active_and_setup_ships_the_source_tree(tmp_path):
   env = fake_gcloud_env(tmp_path, states='WAITING_FOR_RESOURCES PROVISIONING ACTIVE')
   result = run_script('tpu_pod.sh', 'create', 'setup', env=env)
@@ -290,6 +385,38 @@ def test_remote_train_runs_main_in_tmux_and_logs_its_exit_status(tmp_path):
         in log.read_text()
   finally:
     subprocess.run(['tmux', 'kill-server'], env=env, capture_output=True, check=False)
+
+
+def test_remote_setup_installs_the_jax_build_jax_extra_names(tmp_path):
+  """remote_setup.sh on a fake VM: its venv's `python` only records what it is asked to do."""
+  home = tmp_path / 'home'
+  bin_dir = home / 'electra_venv' / 'bin'
+  bin_dir.mkdir(parents=True)
+  calls = tmp_path / 'python.log'
+  (bin_dir / 'python').write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
+  (bin_dir / 'python').chmod(0o755)
+  path_dir = tmp_path / 'path'  # a Python that can make a venv, so no apt-get is tried
+  path_dir.mkdir()
+  (path_dir / 'python3.13').write_text('#!/bin/sh\nexit 0\n')
+  (path_dir / 'python3.13').chmod(0o755)
+  env = {'HOME': str(home), 'PATH': f'{path_dir}:{os.environ["PATH"]}'}
+  script = str(LAUNCH / 'remote_setup.sh')
+  for extra, package in ((None, 'jax[tpu]'), ('cuda12', 'jax[cuda12]'), ('cpu', 'jax[cpu]')):
+    calls.unlink(missing_ok=True)
+    given = {'JAX_EXTRA': extra} if extra else {}
+    result = subprocess.run(['bash', script], env={**env, **given}, capture_output=True,
+                            text=True, timeout=30, check=False)
+    assert result.returncode == 0, result.stderr
+    lines = calls.read_text().splitlines()
+    assert f'-m pip install --quiet --upgrade {package}' in lines, lines
+    assert f'-m pip install --quiet -e {REPO}[gcs]' in lines, lines  # the checkout it is in
+    assert f'and {package}' in result.stdout
+  calls.unlink()
+  refused = subprocess.run(['bash', script], env={**env, 'JAX_EXTRA': 'cuda'}, capture_output=True,
+                           text=True, timeout=30, check=False)
+  assert refused.returncode == 1 and not calls.exists()
+  assert refused.stderr.strip() == ('error: JAX_EXTRA=cuda: use tpu (a TPU VM), cuda12 or cuda13 '
+                                    '(NVIDIA GPUs) or cpu')
 
 
 def test_notebook_is_valid_nbformat_4():
