@@ -1,15 +1,17 @@
 """Command line: python -m electra_jax.main --config=configs/<size>.py --workdir=DIR [--config.x=y ...]
 
 Running the same command again resumes from the latest checkpoint in DIR; raising
---config.num_train_steps continues a finished run.
+--config.num_train_steps continues a finished run. SIGTERM or Ctrl-C saves and stops the run,
+which then exits 143 or 130 (docs/reliability.md); a second Ctrl-C stops it at once.
 """
 
 import glob
+import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from electra_jax.common import cli
+from electra_jax.common import cli, interrupts
 
 USAGE = 'python -m electra_jax.main --config=configs/tiny.py --workdir=DIR [--config.x=y ...]'
 
@@ -74,9 +76,15 @@ def main(argv):
   if len(argv) > 1:
     cli.fail(f'unexpected arguments: {" ".join(argv[1:])}')
   start_processes()
+  import jax  # pylint: disable=g-import-not-at-top
   from electra_jax.training import train  # pylint: disable=g-import-not-at-top  (keeps --help fast)
   cli.quiet_orbax()
-  cli.run(train.train_and_evaluate, _CONFIG.value, _WORKDIR.value)
+  # Several processes leave SIGTERM to JAX's preemption notice, which Orbax's sync reads, and
+  # Ctrl-C to Python: one process stopping alone would hang the others in a collective.
+  with interrupts.catching(() if jax.process_count() > 1 else interrupts.SIGNALS) as stop:
+    state = cli.run(train.train_and_evaluate, _CONFIG.value, _WORKDIR.value)
+  if int(state.step) < _CONFIG.value.num_train_steps:  # stopped before its end: not finished
+    sys.exit(stop.exit_status())
 
 
 if __name__ == '__main__':

@@ -1,6 +1,6 @@
 """Faults injected for real into `python -m electra_jax.main`: SIGKILLs at random moments, many of
-them while Orbax is writing a checkpoint, and damaged checkpoints; and a fine-tuning run
-(`python -m electra_jax.finetune`) killed mid-seed.
+them while Orbax is writing a checkpoint, Ctrl-C and SIGTERM, and damaged checkpoints; and a
+fine-tuning run (`python -m electra_jax.finetune`) killed mid-seed.
 
 A killed run restarted with the same command must end exactly where an uninterrupted one does:
 the same metrics.jsonl record for every step (every float equal, each step logged once, so no
@@ -297,6 +297,90 @@ def test_a_checkpoint_of_another_run_is_refused_even_without_config_json(
   line = error_line(run(corpus, workdir, STEPS + 4, override, check=False))
   assert f'checkpoint {workdir}/checkpoints/{STEPS}' in line and message in line
   assert tree_digest(workdir) == before
+
+
+# ---- Ctrl-C and SIGTERM: save, stop, say so; a second Ctrl-C stops at once ---------------------
+
+SIGNAL_STEPS = 30
+
+
+def wikitext_command(workdir):
+  """A real tiny run on WikiText-2 (its own vocabulary), logging every step, saving only at 100."""
+  from conftest import WIKITEXT  # pylint: disable=g-import-not-at-top
+  return [sys.executable, '-m', 'electra_jax.main', '--config=configs/tiny.py',
+          f'--workdir={workdir}', f'--config.data.train_files={WIKITEXT / "wiki.valid.raw"}',
+          f'--config.num_train_steps={SIGNAL_STEPS}', '--config.batch_size=8',
+          '--config.max_seq_length=64', '--config.model.vocab_size=1000', '--config.log_every=1',
+          '--config.save_every=100', '--config.eval_every=0', '--config.warmup_steps=10']
+
+
+@pytest.fixture(scope='module')
+def wikitext_uninterrupted(tmp_path_factory, wikitext):
+  workdir = tmp_path_factory.mktemp('wikitext_uninterrupted')
+  subprocess.run(wikitext_command(workdir), env=env(), cwd=REPO, check=True, capture_output=True,
+                 timeout=600)
+  return workdir
+
+
+def signal_at_step(workdir, signals, at=10):
+  """Starts the run in a session of its own, as a terminal's foreground job, and sends `signals`
+  to all its processes once step `at` is logged; (exit status, stderr, seconds from the last
+  signal to the exit)."""
+  process = subprocess.Popen(wikitext_command(workdir), env=env(), cwd=REPO, text=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             start_new_session=True)
+  deadline = time.time() + 300
+  while max(logged_steps(workdir), default=0) < at:
+    assert process.poll() is None, process.communicate()[1][-3000:]
+    assert time.time() < deadline, 'the run did not reach its step in time'
+    time.sleep(0.01)
+  for signum in signals:
+    os.killpg(process.pid, signum)
+    sent = time.time()
+    time.sleep(0.05)
+  stderr = process.communicate(timeout=300)[1]
+  return process.returncode, stderr, time.time() - sent
+
+
+def check_resumes_exactly(workdir, reference):
+  result = subprocess.run(wikitext_command(workdir), env=env(), cwd=REPO, capture_output=True,
+                          text=True, timeout=600)
+  assert result.returncode == 0, result.stderr[-3000:]
+  train, _ = records(workdir)
+  assert [r['step'] for r in train] == list(range(1, SIGNAL_STEPS + 1))
+  assert train == records(reference)[0]  # every float, bit for bit
+  assert max_abs_difference(final_state(workdir, SIGNAL_STEPS),
+                            final_state(reference, SIGNAL_STEPS)) == 0.0
+
+
+@pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM], ids=['SIGINT', 'SIGTERM'])
+def test_ctrl_c_or_sigterm_saves_stops_unfinished_and_resumes_exactly(
+    signum, wikitext_uninterrupted, tmp_path):
+  """The first Ctrl-C is a preemption, as SIGTERM is: the step under way ends and is saved, one
+  line says so, and the exit status (130, 143) tells a scheduler the run did not finish."""
+  workdir = tmp_path / 'stopped'
+  status, stderr, _ = signal_at_step(workdir, [signum])
+  assert status == 128 + signum, stderr[-3000:]
+  assert 'Traceback' not in stderr and 'KeyboardInterrupt' not in stderr, stderr[-3000:]
+  stopped_at = max(logged_steps(workdir))
+  assert 10 <= stopped_at < SIGNAL_STEPS
+  name = 'Ctrl-C (SIGINT)' if signum == signal.SIGINT else 'SIGTERM'
+  assert stderr.count(f'stopped by {name} at step {stopped_at} of {SIGNAL_STEPS}, its checkpoint '
+                      'saved; run the same command again to resume') == 1, stderr[-3000:]
+  assert sorted(os.listdir(workdir / 'checkpoints')) == [str(stopped_at)]  # save_every is 100
+  check_resumes_exactly(workdir, wikitext_uninterrupted)
+
+
+def test_a_second_ctrl_c_stops_at_once_and_the_run_still_resumes_exactly(
+    wikitext_uninterrupted, tmp_path):
+  workdir = tmp_path / 'aborted'
+  status, stderr, seconds = signal_at_step(workdir, [signal.SIGINT, signal.SIGINT])
+  assert status == 130 and seconds < 5, (status, seconds, stderr[-3000:])
+  assert stderr.strip().splitlines()[-1] == (
+      'electra_jax: stopped at once by a second Ctrl-C, without saving; run the same command '
+      'again to resume from the last checkpoint')
+  assert 'Traceback' not in stderr, stderr[-3000:]
+  check_resumes_exactly(workdir, wikitext_uninterrupted)
 
 
 # ---- fine-tuning killed mid-seed ----------------------------------------------------------------

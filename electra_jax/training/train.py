@@ -11,8 +11,6 @@ all-reduce. The same code runs on one CPU, N simulated CPU devices, a GPU or a T
 import contextlib
 import functools
 import os
-import signal
-import threading
 import time
 from typing import Any
 
@@ -28,7 +26,7 @@ from electra_jax.training import checkpoint, batches as batches_lib, nonfinite
 from electra_jax.common import config as config_lib
 from electra_jax import objective
 from electra_jax.training import optim, validation
-from electra_jax.common import run_lock, storage
+from electra_jax.common import interrupts, run_lock, storage
 from electra_jax.training import compile_cache, health, report, two_stage
 from electra_jax.training import rng as rng_lib
 from electra_jax.data import pipeline, run_vocab
@@ -221,17 +219,16 @@ def chief_first(make, name: str):
 
 
 def preemption_check(manager):
-  """A function step -> bool: should the run save now and stop, because it is being preempted?
+  """A function step -> bool: should the run save now and stop, because it is being preempted
+  or interrupted?
 
-  One process: SIGTERM, which a spot or preemptible VM gets before it is taken, sets a flag.
-  Several: Orbax's reached_preemption, through which every process agrees on the same step.
+  One process: a SIGTERM (which a spot or preemptible VM gets before it is taken) or a Ctrl-C
+  caught by the command (common/interrupts.py). Several: Orbax's reached_preemption, through
+  which every process agrees on the same step.
   """
   if jax.process_count() > 1:
     return manager.reached_preemption
-  requested = threading.Event()
-  if threading.current_thread() is threading.main_thread():
-    signal.signal(signal.SIGTERM, lambda signum, frame: requested.set())
-  return lambda step: requested.is_set()
+  return lambda step: interrupts.requested()
 
 
 def first_call(train, cache: str | None, *args):
@@ -372,8 +369,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
         watch = check_finite(watch)  # so nothing after a non-finite step is saved ('stop')
         checkpoint.save(manager, done, state, run_identity)
       if preempted:
-        logging.warning('preempted: saved the checkpoint of step %d; run the same command again '
-                        'to resume', done)
+        logging.warning('stopped by %s at step %d of %d, its checkpoint saved; run the same '
+                        'command again to resume', interrupts.cause(), done,
+                        config.num_train_steps)
         break
     manager.wait_until_finished()
   finally:

@@ -1,0 +1,111 @@
+"""SIGTERM and Ctrl-C while a command trains: save, stop, and say so; a second Ctrl-C stops at once.
+
+A training loop asks `requested()` after each step; once it is true the loop saves a checkpoint
+of that step and returns, and the command exits with `exit_status()`: 128 + the signal, the status
+of a process those signals stopped, so that a scheduler or a shell loop reads the run as
+unfinished (an exit 0 would read as done). Ctrl-C again, while that save is under way, ends the
+process at once: what it loses is the steps since the last checkpoint, as a kill does.
+
+Python runs a signal handler only between bytecodes of the main thread, which may sit for
+minutes in one XLA call (a compilation). So the handlers here do nothing themselves: the
+interpreter's own low-level handler writes each signal's number to a pipe the moment it comes
+(signal.set_wakeup_fd), and a thread reading that pipe acts on it.
+"""
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+
+from absl import logging
+
+NAMES = {signal.SIGINT: 'Ctrl-C (SIGINT)', signal.SIGTERM: 'SIGTERM'}
+SIGNALS = tuple(NAMES)
+
+
+class Stop:
+  """The signals caught in one `catching()` block."""
+
+  def __init__(self):
+    self.first = None  # the signal that asked for the stop
+    self.event = threading.Event()
+
+  def requested(self) -> bool:
+    return self.event.is_set()
+
+  def cause(self) -> str:
+    """What asked the run to stop, for its last line: 'Ctrl-C (SIGINT)', 'SIGTERM', or a
+    preemption notice (several processes, where Orbax handles SIGTERM)."""
+    return NAMES[self.first] if self.requested() else 'a preemption notice'
+
+  def exit_status(self) -> int:
+    """The exit status of a run stopped before its end: 128 + the signal (130 for Ctrl-C); 143,
+    as for SIGTERM, where the stop came through Orbax's preemption sync."""
+    return 128 + (self.first if self.requested() else signal.SIGTERM)
+
+  def handle(self, signum: int):
+    if self.requested():
+      if signum == signal.SIGINT:
+        sys.stderr.write('electra_jax: stopped at once by a second Ctrl-C, without saving; run '
+                         'the same command again to resume from the last checkpoint\n')
+        sys.stderr.flush()
+        os._exit(128 + signal.SIGINT)  # pylint: disable=protected-access
+      return
+    self.first = signum
+    self.event.set()
+    logging.warning('%s: saving a checkpoint at the end of this step, then stopping%s',
+                    NAMES[signum], '; Ctrl-C again stops at once, without saving'
+                    if signum == signal.SIGINT else '')
+
+
+_NONE = Stop()  # outside any catching() block: never requested
+_active = _NONE
+
+
+def requested() -> bool:
+  """Whether a SIGTERM or Ctrl-C has come inside the current `catching()` block."""
+  return _active.requested()
+
+
+def cause() -> str:
+  return _active.cause()
+
+
+@contextlib.contextmanager
+def catching(signals=SIGNALS):
+  """Within the block, `signals` ask for a stop instead of ending the process (see above); yields
+  the block's Stop, which says after the block what came.
+
+  Outside the main thread, or with `signals` empty, nothing is caught and requested() stays
+  false. The handlers and the wakeup pipe in place before are restored after the block.
+  """
+  global _active
+  catcher = Stop()
+  if not signals or threading.current_thread() is not threading.main_thread():
+    yield catcher
+    return
+  read_end, write_end = os.pipe()
+  os.set_blocking(write_end, False)  # set_wakeup_fd requires it
+
+  def watch():
+    while (byte := os.read(read_end, 1)) and byte != b'\0':
+      if byte[0] in signals:
+        catcher.handle(byte[0])
+
+  previous = {s: signal.signal(s, lambda signum, frame: None) for s in signals}
+  previous_fd = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+  watcher = threading.Thread(target=watch, name='electra_jax signals', daemon=True)
+  watcher.start()
+  _active = catcher
+  try:
+    yield catcher
+  finally:
+    _active = _NONE
+    signal.set_wakeup_fd(previous_fd)
+    for s, handler in previous.items():
+      signal.signal(s, handler)
+    os.write(write_end, b'\0')  # ends the watcher
+    watcher.join()
+    os.close(read_end)
+    os.close(write_end)
