@@ -22,7 +22,7 @@ setup(
         # A run directory on Cloud Storage (--workdir=gs://..., as on a TPU pod slice): gcsfs
         # for etils.epath and Orbax, google-cloud-storage for tensorboardX's event writer.
         'gcs': ['gcsfs', 'google-cloud-storage'],
-        # benchmarks/transfer_study.py's plots.
+        # The plots of research/transfer_study (python -m research.transfer_study).
         'bench': ['matplotlib>=3.7'],
         # Test-only: the suite (in parallel processes: pytest-xdist, see pytest.ini), and scipy
         # for float64 references of erf and friends (and, with scikit-learn, of the GLUE

@@ -666,14 +666,10 @@ def test_command_line_errors_are_one_line(tmp_path):
 # ---- the linear probes read an export as they read the run -------------------------------------
 
 def test_linear_probe_scores_an_export_as_the_run_it_came_from(trained, tmp_path):
-  """benchmarks/linear_probe.py takes a Hugging Face ELECTRA directory as it takes a run: the
+  """The transfer study's linear_probe.py takes a Hugging Face ELECTRA directory as it takes a run: the
   exported encoder probes to the scores of the run's checkpoint, and the random-init row is the
   same network's."""
-  import importlib.util  # pylint: disable=g-import-not-at-top
-  spec = importlib.util.spec_from_file_location('linear_probe',
-                                                REPO / 'benchmarks' / 'linear_probe.py')
-  linear_probe = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(linear_probe)
+  from research.transfer_study import linear_probe  # pylint: disable=g-import-not-at-top
   workdir, out = trained
   glue = real_file(SHARED_DATA / 'glue' / 'SST-2' / 'train.tsv').parents[1]
   linear_probe.main([f'--run={workdir}', f'--run={out / "discriminator"}', f'--data_dir={glue}',

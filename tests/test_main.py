@@ -264,7 +264,7 @@ def test_mlm_run_fine_tunes_and_exports_like_an_electra_run(mlm_run, tmp_path):
 
 
 def sweep(*args):
-  return subprocess.run([sys.executable, str(REPO / 'benchmarks' / 'checkpoint_sweep.py'), *args],
+  return subprocess.run([sys.executable, '-m', 'research.transfer_study.checkpoint_sweep', *args],
                         env=env(), cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
@@ -421,7 +421,7 @@ def test_linear_probe_scores_every_checkpoint_and_random_init(mlm_run, tmp_path)
     pytest.skip(f'real GLUE files not found at {glue}')
   out = tmp_path / 'probe.json'
   result = subprocess.run(
-      [sys.executable, str(REPO / 'benchmarks' / 'linear_probe.py'), f'--run={mlm_run}',
+      [sys.executable, '-m', 'research.transfer_study.linear_probe', f'--run={mlm_run}',
        '--task=SST-2', f'--data_dir={glue}', '--examples=200', '--max_seq_length=32',
        f'--out={out}'], env=env(), cwd=REPO, capture_output=True, text=True, timeout=600)
   assert result.returncode == 0, result.stderr[-3000:]

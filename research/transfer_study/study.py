@@ -1,7 +1,7 @@
 """Does pretraining pay off? ELECTRA against BERT-style MLM at equal pretraining FLOPs and
 against random initialisation, fine-tuned on SST-2 and MRPC, in one command.
 
-python benchmarks/transfer_study.py --out=runs/transfer [--config=configs/mini.py]
+python -m research.transfer_study --out=runs/transfer [--config=configs/mini.py]
 
 Parts (--parts picks some; each is skipped when DIR shows it finished with the same command,
 so running the command again resumes where it stopped, also in a DIR moved elsewhere: the
@@ -43,14 +43,11 @@ from absl import flags
 import ml_collections
 from ml_collections import config_flags
 
-import finetune_glue
-import study_corpus
-import study_parts
-import transfer_report
 from electra_jax.common import config as config_lib, run_lock
-from electra_jax.training import flops
-from electra_jax.data import store
 from electra_jax.common.errors import UsageError
+from electra_jax.data import store
+from electra_jax.training import flops
+from research.transfer_study import finetune_glue, study_corpus, study_parts, transfer_report
 
 REPO = finetune_glue.REPO
 SHARED = os.path.join(os.path.dirname(REPO), 'shared', 'data')
@@ -58,7 +55,8 @@ TASKS, DECAYS = transfer_report.TASKS, transfer_report.DECAYS
 
 
 def parse_args(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser = argparse.ArgumentParser(prog='python -m research.transfer_study',
+                                   description=__doc__.split('\n\n')[0])
   parser.add_argument('--out', required=True, help='directory of the whole study')
   parser.add_argument('--config', default=os.path.join(REPO, 'configs', 'mini.py'),
                       help='pretraining config file, the same for both objectives')
@@ -374,8 +372,13 @@ def run_study(args, state: dict) -> dict:
   return plan
 
 
-if __name__ == '__main__':
+def command_line():
+  """main(), a usage error ending it with one line: `python -m research.transfer_study`."""
   try:
     main()
   except UsageError as e:
     sys.exit(f'transfer_study: error: {e}')
+
+
+if __name__ == '__main__':
+  command_line()

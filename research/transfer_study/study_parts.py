@@ -16,10 +16,10 @@ import sys
 import threading
 import time
 
-from finetune_glue import REPO  # where parts run: each is `python -m electra_jax.<program>`
 from electra_jax.common.errors import UsageError
 from electra_jax.training.report import format_duration
-
+# Where parts run: each is `python -m electra_jax.<program>`.
+from research.transfer_study import REPO
 
 
 def load_state(out: str) -> dict:

@@ -1,6 +1,6 @@
 """Word vectors counted from a prepared corpus: what the text itself says about words.
 
-python benchmarks/count_vectors.py --data=DIR/data --out=OUT [--dim=64] [--window=5] \
+python -m research.transfer_study.count_vectors --data=DIR/data --out=OUT [--dim=64] [--window=5] \
     [--fractions=0.015625,0.0625,0.25,1] [--run=RUN ...] [--task=SST-2 --examples=8000]
 
 In the training split of a prepared corpus (`python -m electra_jax.prepare`'s --out, or the
@@ -12,7 +12,7 @@ corpus seen at once.
 
 Why: when a pretrained word table holds nothing a task can use, the question is whether the
 text did not hold it, or pretraining did not find it. The script answers with two numbers:
-  * probes: a logistic regression (benchmarks/linear_probe.py's) on the mean of a table's rows
+  * probes: a logistic regression (linear_probe.py's) on the mean of a table's rows
     over each sentence's pieces, fitted on --examples training sentences of a GLUE task and
     scored on dev. Tables probed: the bag of pieces itself (one row per piece, the most a
     word-level reader can get from these labels), a random table, the count table from each
@@ -29,22 +29,16 @@ Prints each probe and writes OUT/probes.json.
 import argparse
 import json
 import os
-import sys
 
 import numpy as np
 import scipy.sparse
 import scipy.sparse.linalg
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-# pylint: disable=g-import-not-at-top,wrong-import-position
-import linear_probe
 from electra_jax.common.errors import UsageError
 from electra_jax.data import store, vocab as vocab_lib
-from electra_jax.finetune.glue import features
 from electra_jax.finetune import init
+from electra_jax.finetune.glue import features
+from research.transfer_study import REPO, linear_probe
 
 TABLE_RMS = 0.02   # the word table's initial scale (model init's normal(0.02))
 CONTEXT_POWER = 0.75  # smooths the context distribution, so rare contexts do not dominate PMI
@@ -56,7 +50,8 @@ PROBE_LENGTH = 128  # the task's sentences are cut to this many pieces, as linea
 
 
 def parse_args(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser = argparse.ArgumentParser(prog='python -m research.transfer_study.count_vectors',
+                                   description=__doc__.split('\n\n')[0])
   parser.add_argument('--data', required=True,
                       help='a prepared data directory (its train/ split and vocabulary)')
   parser.add_argument('--out', required=True, help='directory for the tables and probes.json')

@@ -1,7 +1,6 @@
-"""benchmarks/transfer_study.py: the whole study at toy scale on real files, a re-run that skips
-everything, and the acceptance checks' arithmetic."""
+"""python -m research.transfer_study: the whole study at toy scale on real files, a re-run that
+skips everything, and the acceptance checks' arithmetic."""
 
-import importlib
 import json
 import os
 import signal
@@ -14,31 +13,18 @@ import ml_collections
 import pytest
 
 from conftest import REPO, SHARED_DATA, real_file, tree_digest
-from electra_jax.training import flops
 from electra_jax.common import run_lock
 from electra_jax.common.errors import UsageError
+from electra_jax.training import flops
+from research.transfer_study import study as transfer_study
+from research.transfer_study import study_corpus, study_parts, transfer_report
 
 CORPUS = SHARED_DATA / 'pretraining-text'
 GLUE = SHARED_DATA / 'glue'
-STUDY = REPO / 'benchmarks' / 'transfer_study.py'
+STUDY = ['-m', 'research.transfer_study']  # run from REPO
+FIGURES = REPO / 'research' / 'transfer_study' / 'figures'  # the committed studies' results
 STARTS = ('electra', 'electra_no_decay', 'mlm', 'mlm_no_decay', 'random', 'random_no_decay')
 TASKS = ('SST-2', 'MRPC')
-
-
-def load_benchmark(name: str):
-  sys.path.insert(0, str(REPO / 'benchmarks'))  # for the modules it imports beside it
-  try:
-    return importlib.import_module(name)
-  finally:
-    sys.path.pop(0)
-
-
-def load_report():
-  return load_benchmark('transfer_report')
-
-
-def load_study():
-  return load_benchmark('transfer_study')
 
 
 def summary(scores: list[float]) -> dict:
@@ -49,7 +35,7 @@ def summary(scores: list[float]) -> dict:
 
 
 def test_acceptance_checks_and_the_better_decay_setting():
-  report = load_report()
+  report = transfer_report
   electra, mlm = summary([0.80, 0.82, 0.81]), summary([0.81, 0.805, 0.83])
   passed = report.acceptance_checks(electra, mlm, summary([0.75, 0.79, 0.78]))
   # 81 >= 78 + 2; worst 80 > best 79; 81 >= 81 (a tie passes).
@@ -72,7 +58,7 @@ def test_acceptance_checks_and_the_better_decay_setting():
 
 
 def test_table5_ranks_the_ablations_next_to_the_paper():
-  report = load_report()
+  report = transfer_report
   assert report.ranks({'a': 0.8, 'b': 0.9, 'c': 0.8}) == {'a': 2, 'b': 1, 'c': 2}
   run = lambda score: {'score': score}
   ft = {'electra': {'SST-2': run(0.78), 'MRPC': run(0.66)},
@@ -89,7 +75,7 @@ def test_table5_ranks_the_ablations_next_to_the_paper():
 
 def test_every_objective_is_planned_at_electras_flops(tmp_path):
   """--objectives: each run gets the steps that cost what ELECTRA's run costs, listed or not."""
-  study = load_study()
+  study = transfer_study
   ablations = ['electra_15', 'replace_mlm', 'all_tokens_mlm']
   args = study.parse_args([f'--out={tmp_path}', f"--objectives={','.join(ablations)}",
                            '--no-random_init', '--pretrain_steps=100'])
@@ -121,7 +107,7 @@ def toy_corpus(directory):
 
 
 def run_study(out, corpus, *extra):
-  command = [sys.executable, str(STUDY), f'--out={out}', f'--corpus={corpus}',
+  command = [sys.executable, *STUDY, f'--out={out}', f'--corpus={corpus}',
              f'--glue_dir={GLUE}', '--held_out=1', '--pretrain_steps=8', '--set=eval_every=2',
              '--set=eval_steps=1', '--set=log_every=2', '--set=batch_size=8',
              '--set=model.num_layers=1', '--seeds=0', '--sst2_examples=64',
@@ -194,8 +180,8 @@ def test_a_study_beside_joins_the_table5_comparison_only_with_the_same_settings(
   """--beside: the committed ELECTRA/MLM study sits beside an ablation study with the default
   settings; another seed list, held-out draw or pretraining budget is refused by name."""
   real_file(SHARED_DATA / 'pretraining-text' / 'MANIFEST.tsv')  # the study's default corpus
-  study, report = load_study(), load_report()
-  committed = REPO / 'docs' / 'transfer_study'
+  study, report = transfer_study, transfer_report
+  committed = FIGURES
   # The committed study fine-tuned its pretrained encoders at the recipe's decay only, and ran
   # `mini` at batch 32 for 6,000 steps: at today's batch 16, 12,000 steps cost the same FLOPs.
   args = study.parse_args([f'--out={tmp_path}', '--objectives=electra_15', '--no-random_init',
@@ -203,7 +189,7 @@ def test_a_study_beside_joins_the_table5_comparison_only_with_the_same_settings(
                            f'--config={REPO / "configs" / "mini.py"}'])
   plan = study.plan_pretraining(args, str(tmp_path / 'data'))
   budget = plan['electra']['steps'] * plan['electra']['flops_per_step']
-  held_out = load_benchmark('study_corpus').held_out_split(args.corpus, args.held_out)[1]
+  held_out = study_corpus.held_out_split(args.corpus, args.held_out)[1]
   other = report.read_beside(str(committed), vars(args), budget, held_out)
   assert set(other['plan']) == {'electra', 'mlm'}
 
@@ -218,7 +204,7 @@ def test_a_study_beside_joins_the_table5_comparison_only_with_the_same_settings(
   with pytest.raises(study.UsageError, match=half):
     report.read_beside(str(committed), vars(args), budget / 2, held_out)
   # From the command line: refused before anything runs.
-  result = subprocess.run([sys.executable, str(STUDY), f'--out={tmp_path / "out"}',
+  result = subprocess.run([sys.executable, *STUDY, f'--out={tmp_path / "out"}',
                            f'--beside={tmp_path}', '--objectives=electra_15'],
                           capture_output=True, text=True, cwd=REPO)
   assert result.returncode != 0 and not (tmp_path / 'out' / 'data').exists()
@@ -240,7 +226,7 @@ def test_a_study_beside_joins_the_table5_comparison_only_with_the_same_settings(
 def test_parts_run_one_at_a_time_on_an_accelerator(monkeypatch):
   """By default a part per core on a CPU host, but one part at a time where JAX finds a GPU or
   TPU: a second process could not open a TPU's chips, nor fit beside another's GPU memory."""
-  study = load_study().study_parts
+  study = study_parts
   assert [study.default_jobs('cpu', n) for n in (1, 2, 16)] == [1, 2, 8]
   assert study.default_jobs('gpu', 16) == 1 and study.default_jobs('tpu', 96) == 1
   monkeypatch.setenv('JAX_PLATFORMS', 'cpu')  # asked of a child process, which reads it
@@ -253,7 +239,7 @@ def test_parts_run_one_at_a_time_on_an_accelerator(monkeypatch):
 def test_a_part_starts_as_soon_as_what_it_needs_has_ended():
   """--jobs=2: the fine-tuning of the run that finished first goes on the core it left while
   the other run still pretrains; a failure starts nothing that needs it and is raised."""
-  study = load_study().study_parts
+  study = study_parts
   if len(study.usable_cores()) < 2:
     pytest.skip('needs two cores to pin two parts')
   started, log = {n: threading.Event() for n in 'abcd'}, []
@@ -296,7 +282,7 @@ def test_a_part_starts_as_soon_as_what_it_needs_has_ended():
 def test_a_part_that_ends_well_but_unfinished_is_not_recorded_as_done(tmp_path, capsys):
   """main exits 0 when preempted (it saved where it stopped): the study must not count that
   pretraining as finished."""
-  study = load_study().study_parts
+  study = study_parts
   state, command = {}, [sys.executable, '-c', 'pass']
   stopped = r'pretrain_x: main stopped at step 7, before the planned 9; see .*/pretrain_x\.log'
   with pytest.raises(SystemExit, match=stopped):
@@ -308,7 +294,7 @@ def test_a_part_that_ends_well_but_unfinished_is_not_recorded_as_done(tmp_path, 
   assert 'done in' in capsys.readouterr().out
   # Its wall time spans both attempts, and the report says so.
   assert state['pretrain_x']['attempts'] == 2
-  report = load_report()
+  report = transfer_report
   wall = {'pretrain_x': 6180.0, 'pretrain_y': 2868.0}
   assert report.wall_with_attempts(wall, {'pretrain_x': 2}, 'pretrain_x') == '1h43m (2 attempts)'
   assert report.wall_with_attempts(wall, {'pretrain_x': 2}, 'pretrain_y') == '47m48s'
@@ -334,9 +320,8 @@ time.sleep(120)
 # SIGTERM as a user or a preempted VM would.
 STUDY_OF_STOPPABLE_PARTS = """
 import sys
-sys.path.insert(0, sys.argv[1])
-import study_parts
-out, python, child = sys.argv[2], sys.executable, sys.argv[3]
+from research.transfer_study import study_parts
+out, python, child = sys.argv[1], sys.executable, sys.argv[2]
 state = {}
 part = lambda name: lambda cores: study_parts.run_part(
     out, state, name, [python, '-c', child, f'{out}/{name}'], name, cores)
@@ -350,8 +335,8 @@ def test_sigterm_stops_the_running_parts_with_the_study_and_starts_no_more(tmp_p
   if len(os.sched_getaffinity(0)) < 2:  # run_all runs one part per usable core at most
     pytest.skip('needs two usable CPU cores, to have two parts running when the signal comes')
   study = subprocess.Popen(
-      [sys.executable, '-c', STUDY_OF_STOPPABLE_PARTS, str(REPO / 'benchmarks'), str(tmp_path),
-       STOPPABLE_PART], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+      [sys.executable, '-c', STUDY_OF_STOPPABLE_PARTS, str(tmp_path), STOPPABLE_PART],
+      cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   pids = [tmp_path / 'a.pid', tmp_path / 'b.pid']
   deadline = time.monotonic() + 60
   while not all(p.exists() for p in pids):
@@ -436,7 +421,7 @@ def test_whole_study_at_toy_scale_then_a_rerun_skips_everything(tmp_path):
 def test_commands_are_recorded_with_their_folders_by_role():
   """What a part ran is compared wherever the study, the repository and the interpreter now
   are: a whole path under a root, or the start of one, after '=' or ',', and nothing else."""
-  study = load_study().study_parts
+  study = study_parts
   def command(python, out, repo, corpus):
     return [python, '-m', 'electra_jax.main', f'--workdir={out}/electra',
             f'--config={repo}/configs/mini.py', f'--out={out}',
@@ -462,7 +447,7 @@ def test_commands_are_recorded_with_their_folders_by_role():
 
 
 def test_bad_parts_is_one_clear_error(tmp_path):
-  result = subprocess.run([sys.executable, str(STUDY), f'--out={tmp_path}', '--parts=train'],
+  result = subprocess.run([sys.executable, *STUDY, f'--out={tmp_path}', '--parts=train'],
                           capture_output=True, text=True, cwd=REPO)
   assert result.returncode != 0
   assert result.stderr.strip().splitlines()[-1].startswith('transfer_study: error: --parts=train')
@@ -473,7 +458,7 @@ def test_a_second_study_in_the_same_out_is_refused_while_the_first_runs(tmp_path
   before = tree_digest(tmp_path)
   with run_lock.only_run_in(str(tmp_path), 'transfer study'):  # as a running study holds it
     with pytest.raises(UsageError) as refused:
-      load_study().main([f'--out={tmp_path}', '--jobs=1', f'--corpus={tmp_path}/no-corpus'])
+      transfer_study.main([f'--out={tmp_path}', '--jobs=1', f'--corpus={tmp_path}/no-corpus'])
   assert str(refused.value) == (
       f'{tmp_path} is in use by another transfer study (a running process holds it); wait for '
       'that one to end or stop it, or use another directory')
@@ -481,7 +466,7 @@ def test_a_second_study_in_the_same_out_is_refused_while_the_first_runs(tmp_path
 
 
 def test_each_subfolder_of_the_corpus_is_a_source_with_its_own_held_out_files(tmp_path):
-  study = load_benchmark('study_corpus')
+  study = study_corpus
   corpus = tmp_path / 'corpus'
   for folder, count in (('news', 4), ('books', 3), ('forum', 5)):
     (corpus / folder).mkdir(parents=True)
@@ -507,9 +492,9 @@ def test_each_subfolder_of_the_corpus_is_a_source_with_its_own_held_out_files(tm
 
 def test_the_shared_corpus_holds_out_the_files_every_documented_study_held_out():
   real_file(CORPUS / 'MANIFEST.tsv')
-  evaluation = load_benchmark('study_corpus').held_out_split(str(CORPUS), 2)[1]
-  recorded = json.loads((REPO / 'docs' / 'transfer_study' / 'split_results.json').read_text())
-  assert load_report().corpus_relative(evaluation) == load_report().corpus_relative(
+  evaluation = study_corpus.held_out_split(str(CORPUS), 2)[1]
+  recorded = json.loads((FIGURES / 'split_results.json').read_text())
+  assert transfer_report.corpus_relative(evaluation) == transfer_report.corpus_relative(
       recorded['held_out_files']) == [
           'enwiki/AC_wiki_18.txt', 'enwiki/AC_wiki_36.txt',
           'gutenberg/doyle--the-firm-of-girdlestone.txt',

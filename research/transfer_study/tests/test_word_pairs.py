@@ -1,16 +1,9 @@
-"""benchmarks/word_pairs.py: which pairs it keeps, and its similarities on tables of known shape."""
-
-import importlib.util
-from pathlib import Path
+"""word_pairs.py: which pairs it keeps, and its similarities on tables of known shape."""
 
 import numpy as np
 
 from electra_jax.data import vocab as vocab_lib
-
-REPO = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location('word_pairs', REPO / 'benchmarks' / 'word_pairs.py')
-word_pairs = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(word_pairs)
+from research.transfer_study import word_pairs
 
 
 def small_vocab(tmp_path):

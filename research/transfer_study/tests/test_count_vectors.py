@@ -1,19 +1,14 @@
-"""benchmarks/count_vectors.py: its counts against a loop over every pair, its PPMI against the
+"""count_vectors.py: its counts against a loop over every pair, its PPMI against the
 formula in float64, its table's shape of meaning on a planted corpus, and the command end to end
 on real text (the table it writes is what finetune's config.word_table reads: test_finetune)."""
 
-import importlib.util
 import json
 
 import numpy as np
 import pytest
 
-from conftest import REPO, SHARED_DATA, load_config, real_file
-
-spec = importlib.util.spec_from_file_location('count_vectors',
-                                              REPO / 'benchmarks' / 'count_vectors.py')
-count_vectors = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(count_vectors)
+from conftest import SHARED_DATA, load_config, real_file
+from research.transfer_study import count_vectors
 
 SPECIALS = [0, 1, 2, 3, 4]
 

@@ -1,5 +1,5 @@
-"""benchmarks/timed_pretraining.py: step rates read from main's own log lines, only where the runs
-overlapped; and (slow) a toy budgeted run that leaves a study the transfer study fine-tunes."""
+"""timed_pretraining.py: step rates read from main's own log lines, only where the runs overlapped;
+and (slow) a toy budgeted run that leaves a study the transfer study fine-tunes."""
 
 import json
 import re
@@ -10,9 +10,10 @@ import pytest
 
 from conftest import REPO, SHARED_DATA
 from electra_jax.training import report
-from test_transfer_study import GLUE, load_benchmark, toy_corpus, CORPUS
+from research.transfer_study import timed_pretraining
+from research.transfer_study.tests.test_transfer_study import CORPUS, GLUE, STUDY, toy_corpus
 
-TIMED = REPO / 'benchmarks' / 'timed_pretraining.py'
+TIMED = ['-m', 'research.transfer_study.timed_pretraining']  # run from REPO
 
 
 def log_line(clock: str, step: int, total: int = 10**7) -> str:
@@ -30,7 +31,7 @@ def write_log(path, points):
 
 
 def test_log_lines_give_time_of_day_and_step(tmp_path):
-  timed = load_benchmark('timed_pretraining')
+  timed = timed_pretraining
   path = write_log(tmp_path / 'a.log', [('10:00:30.500000', 100), ('11:02:03.250000', 200)])
   assert timed.logged_steps(path) == [(36030.5, 100), (39723.25, 200)]
   late = write_log(tmp_path / 'b.log', [('23:59:59.500000', 100), ('00:00:00.500000', 200)])
@@ -39,7 +40,7 @@ def test_log_lines_give_time_of_day_and_step(tmp_path):
 
 def test_rates_count_only_the_span_in_which_both_runs_stepped(tmp_path):
   """The faster-compiling run steps alone at first; its lone steps must not count."""
-  timed = load_benchmark('timed_pretraining')
+  timed = timed_pretraining
   # Run a logs from 10:00:10, alone at 100 steps/s until b starts at 10:00:20, then 50 steps/s.
   a = timed.logged_steps(write_log(tmp_path / 'a.log', [
       ('10:00:10.000000', 100), ('10:00:20.000000', 1100), ('10:00:30.000000', 1600),
@@ -67,7 +68,7 @@ def test_rates_count_only_the_span_in_which_both_runs_stepped(tmp_path):
 
 
 def test_bad_arguments_are_one_clear_error(tmp_path):
-  timed = load_benchmark('timed_pretraining')
+  timed = timed_pretraining
   for args, message in (
       ([f'--data={tmp_path}', '--seconds=0'], '--seconds=0.0: give the wall-clock budget'),
       ([f'--data={tmp_path}', '--seconds=60', '--objectives=electra,bert'],
@@ -76,7 +77,7 @@ def test_bad_arguments_are_one_clear_error(tmp_path):
     with pytest.raises(timed.UsageError, match=re.escape(message)):
       timed.parse_args([f'--out={tmp_path}/out', *args])
   # From the command line: one line naming the cause and the fix, and nothing written.
-  result = subprocess.run([sys.executable, str(TIMED), f'--out={tmp_path}/out',
+  result = subprocess.run([sys.executable, *TIMED, f'--out={tmp_path}/out',
                            f'--data={tmp_path}', '--seconds=60'],
                           capture_output=True, text=True, cwd=REPO)
   assert result.returncode != 0 and 'Traceback' not in result.stderr
@@ -89,7 +90,7 @@ def test_bad_arguments_are_one_clear_error(tmp_path):
 @pytest.mark.slow
 def test_a_budgeted_pair_of_runs_is_a_study_that_fine_tunes(tmp_path):
   """Prepare a toy corpus, pretrain ELECTRA and MLM at once within a budget, then fine-tune the
-  result with transfer_study --parts=finetune (about three minutes on two cores)."""
+  result with the study's --parts=finetune (about three minutes on two cores)."""
   pytest.importorskip('matplotlib')
   if not CORPUS.is_dir() or not GLUE.is_dir():
     pytest.skip(f'real data not found in {SHARED_DATA}')
@@ -102,7 +103,7 @@ def test_a_budgeted_pair_of_runs_is_a_study_that_fine_tunes(tmp_path):
                  capture_output=True)
   sets = ['--set=model.num_layers=1', '--set=batch_size=8', '--set=eval_steps=1']
   result = subprocess.run(
-      [sys.executable, str(TIMED), f'--out={out}', f'--data={out}/data', '--seconds=150',
+      [sys.executable, *TIMED, f'--out={out}', f'--data={out}/data', '--seconds=150',
        '--probe_log_every=2', '--probe_overlap=3', '--step_multiple=10', *sets],
       capture_output=True, text=True, cwd=REPO)
   assert result.returncode == 0, result.stdout + result.stderr
@@ -121,7 +122,7 @@ def test_a_budgeted_pair_of_runs_is_a_study_that_fine_tunes(tmp_path):
   mlm_steps = plan['plan']['mlm']['steps']
   assert json.loads((out / 'mlm' / 'config.json').read_text())['num_train_steps'] == mlm_steps
 
-  study = [sys.executable, str(REPO / 'benchmarks' / 'transfer_study.py'), f'--out={out}',
+  study = [sys.executable, *STUDY, f'--out={out}',
            '--parts=finetune', f'--pretrain_steps={steps}', f'--glue_dir={GLUE}',
            *(f'--set={s}' for s in plan['set']), '--seeds=0', '--sst2_examples=32',
            '--mrpc_examples=32', '--finetune_epochs=1', '--max_seq_length=32',

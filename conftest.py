@@ -1,4 +1,6 @@
-"""Test setup: CPU only, four simulated devices so data parallelism is exercised everywhere."""
+"""Test setup for tests/ and each research wing's tests/: CPU only, four simulated devices so
+data parallelism is exercised everywhere, and the helpers test files take `from conftest import`.
+At the root, so that a wing's test file run alone gets the same setup and worker count."""
 
 import hashlib
 import os
@@ -21,7 +23,7 @@ os.environ.setdefault('JAX_COMPILATION_CACHE_DIR', str(JAX_CACHE))
 
 import pytest  # pylint: disable=g-import-not-at-top
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parent
 SHARED_DATA = REPO.parent / 'shared' / 'data'
 WIKITEXT = SHARED_DATA / 'wikitext-2-raw'
 

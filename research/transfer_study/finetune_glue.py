@@ -1,13 +1,14 @@
 """Does pretraining help? Fine-tunes a pretraining run and the same architecture from random init
 on SST-2 and MRPC with the same budget and seeds, and prints both scores side by side.
 
-python benchmarks/finetune_glue.py --pretrained=runs/tiny --glue_dir=../shared/data/glue \
-    --out=runs/glue-check [--seeds=0,1,2] [--sst2_examples=4000] [--max_seq_length=64]
+python -m research.transfer_study.finetune_glue --pretrained=runs/tiny \
+    --glue_dir=../shared/data/glue --out=runs/glue-check [--seeds=0,1,2] \
+    [--sst2_examples=4000] [--max_seq_length=64]
 
 The random-init runs take the pretraining run's model section and vocabulary, so the only
 difference is where the encoder's weights start. Every other setting is the recipe's default
 for the model's size (see configs/finetune/glue.py), except the flags printed with each command.
-benchmarks/transfer_study.py builds on the functions here.
+The transfer study (study.py) builds on the functions here.
 """
 
 import argparse
@@ -16,7 +17,8 @@ import os
 import subprocess
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from research.transfer_study import REPO
+
 GLUE_CONFIG = os.path.join(REPO, 'configs', 'finetune', 'glue.py')
 
 
@@ -69,7 +71,8 @@ def fine_tune(task: str, out: str, init_flags: list[str], args) -> dict:
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser = argparse.ArgumentParser(prog='python -m research.transfer_study.finetune_glue',
+                                   description=__doc__.split('\n\n')[0])
   parser.add_argument('--pretrained', required=True, help='pretraining run workdir')
   parser.add_argument('--glue_dir', required=True, help='folder holding SST-2/ and MRPC/')
   parser.add_argument('--out', required=True)

@@ -1,7 +1,7 @@
 """Fine-tunes each kept checkpoint of a pretraining run: at what FLOPs does pretraining pay?
 
-python benchmarks/checkpoint_sweep.py --run=RUN --out=DIR [--task=SST-2] [--steps=3000,6000]
-    [--layer_decays=0,1] [--seeds=0] [--finetune_set pooling=mean]
+python -m research.transfer_study.checkpoint_sweep --run=RUN --out=DIR [--task=SST-2] \
+    [--steps=3000,6000] [--layer_decays=0,1] [--seeds=0] [--finetune_set pooling=mean]
 
 RUN is an `electra_jax.main` workdir. Each checkpoint it has committed (or those --steps names),
 and the same network from random initialisation (the run's model and vocabulary), is fine-tuned
@@ -29,12 +29,10 @@ import os
 import sys
 import time
 
-import finetune_glue
-import study_parts
-import transfer_report
 from electra_jax.common import run_lock
 from electra_jax.common.errors import UsageError
 from electra_jax.training.report import format_duration
+from research.transfer_study import finetune_glue, study_parts, transfer_report
 
 SHARED = os.path.join(os.path.dirname(finetune_glue.REPO), 'shared', 'data')
 CURVES = {'eval_disc_auc': 'held-out discriminator AUC',
@@ -52,7 +50,8 @@ SHARED_SETTINGS = ('run', 'task', 'glue_dir', 'max_seq_length', 'train_examples'
 
 
 def parse_args(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser = argparse.ArgumentParser(prog='python -m research.transfer_study.checkpoint_sweep',
+                                   description=__doc__.split('\n\n')[0])
   parser.add_argument('--run', required=True, help='a pretraining workdir (electra_jax.main)')
   parser.add_argument('--out', required=True, help='where the fine-tuning runs and report go')
   parser.add_argument('--task', default='SST-2', help='a GLUE task of --glue_dir')

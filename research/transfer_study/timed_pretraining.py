@@ -1,6 +1,6 @@
 """The transfer study's pretraining, sized to a wall-clock budget on the machine at hand.
 
-python benchmarks/timed_pretraining.py --out=DIR --data=PREPARED_DIR --seconds=S \
+python -m research.transfer_study.timed_pretraining --out=DIR --data=PREPARED_DIR --seconds=S \
     [--config=configs/mini.py] [--set FIELD=VALUE ...] [--objectives=electra,mlm]
 
 For a borrowed accelerator with minutes to spare: it first runs every objective at once, each
@@ -8,11 +8,11 @@ in its own process on its own share of the cores as the real runs will, until al
 stepped side by side for --probe_overlap seconds; it reads each one's step rate over that span
 from the time stamps of its log, and then pretrains them at once for as many steps as
 fit in what is left of --seconds, ELECTRA's count rounded down to --step_multiple and every
-other objective at ELECTRA's FLOPs (the transfer study's plan, `transfer_study.plan_pretraining`).
+other objective at ELECTRA's FLOPs (the transfer study's plan, `study.plan_pretraining`).
 The warmup is --warmup_fraction of the steps; evaluation and checkpoints are spread evenly
 (--evals, --saves). DIR is then a transfer study's --out with its pretraining done (DIR/electra,
 DIR/mlm, DIR/state.json, DIR/timed_plan.json): put the prepared corpus at DIR/data and run
-`transfer_study.py --out=DIR --parts=finetune` with the same --config, --set and
+`python -m research.transfer_study --out=DIR --parts=finetune` with the same --config, --set and
 --pretrain_steps (timed_plan.json has them) to fine-tune it, on this machine or another.
 """
 
@@ -27,19 +27,19 @@ import sys
 import time
 import types
 
-import study_parts
-import transfer_study
 from electra_jax.common.errors import UsageError
 from electra_jax.data import store
+from research.transfer_study import study, study_parts
 
 
 def parse_args(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser = argparse.ArgumentParser(prog='python -m research.transfer_study.timed_pretraining',
+                                   description=__doc__.split('\n\n')[0])
   parser.add_argument('--out', required=True, help='the study directory to pretrain into')
   parser.add_argument('--data', required=True, help='a prepared corpus (electra_jax.prepare)')
   parser.add_argument('--seconds', type=float, required=True,
                       help='wall-clock budget for the probe and the runs, compiling included')
-  parser.add_argument('--config', default=os.path.join(transfer_study.REPO, 'configs', 'mini.py'))
+  parser.add_argument('--config', default=os.path.join(study.REPO, 'configs', 'mini.py'))
   parser.add_argument('--set', action='append', default=[], metavar='FIELD=VALUE')
   parser.add_argument('--objectives', default='electra,mlm')
   parser.add_argument('--probe_log_every', type=int, default=100,
@@ -55,7 +55,7 @@ def parse_args(argv=None):
   parser.add_argument('--margin', type=float, default=0.85,
                       help='share of the time left that the runs are planned to take')
   args = parser.parse_args(argv)
-  args.objectives = transfer_study.objectives_listed(args.objectives)
+  args.objectives = study.objectives_listed(args.objectives)
   if args.seconds <= 0:
     raise UsageError(f'--seconds={args.seconds}: give the wall-clock budget in seconds (> 0)')
   if not os.path.exists(os.path.join(args.data, 'train', store.MANIFEST)):
@@ -65,7 +65,7 @@ def parse_args(argv=None):
 
 
 def study_args(args, steps: int, extra: list[str]):
-  """The namespace transfer_study's planning and pretraining read."""
+  """The namespace study.py's planning and pretraining read."""
   return types.SimpleNamespace(out=args.out, config=args.config, set=[*args.set, *extra],
                                pretrain_steps=steps, objectives=args.objectives)
 
@@ -102,7 +102,7 @@ def probe(args, data_dir: str, shares: list[set[int]]) -> dict[str, dict]:
   steps taken alone on the accelerator; only the span in which every run was stepping (from the
   last first log line to the first last one) is measured.
   """
-  plan = transfer_study.plan_pretraining(
+  plan = study.plan_pretraining(
       study_args(args, 10**7, ['eval_every=0', f'log_every={args.probe_log_every}',
                                f'save_every={10**8}']), data_dir)
   processes, started, now = {}, time.perf_counter(), datetime.datetime.now()
@@ -114,7 +114,7 @@ def probe(args, data_dir: str, shares: list[set[int]]) -> dict[str, dict]:
                *plan[objective]['flags']]
     with open(os.path.join(args.out, 'logs', f'probe_{objective}.log'), 'w') as log:
       processes[objective] = subprocess.Popen(
-          command, cwd=transfer_study.REPO, stdout=log, stderr=subprocess.STDOUT,
+          command, cwd=study.REPO, stdout=log, stderr=subprocess.STDOUT,
           env=study_parts.child_env(args.out),
           preexec_fn=lambda c=cores: os.sched_setaffinity(0, c))
   # Until every run has logged for --probe_overlap seconds side by side (or --probe_limit).
@@ -182,7 +182,7 @@ def main(argv=None):
 
   study_parts.stop_parts_on_sigterm()
   rates = probe(args, data_dir, shares)
-  unit = transfer_study.plan_pretraining(study_args(args, 1000, []), data_dir)
+  unit = study.plan_pretraining(study_args(args, 1000, []), data_dir)
   # Starting and compiling again, evaluation's program too: half as much again as the probe's.
   overhead = 1.5 * max(r['startup_s'] for r in rates.values())
   left = (deadline - time.perf_counter() - overhead) * args.margin
@@ -197,7 +197,7 @@ def main(argv=None):
            f'eval_every={steps // args.evals}', f'save_every={steps // args.saves}',
            f'keep_checkpoints={args.saves + 1}', f'log_every={max(steps // 200, 1)}']
   sargs = study_args(args, steps, extra)
-  plan = transfer_study.plan_pretraining(sargs, data_dir)
+  plan = study.plan_pretraining(sargs, data_dir)
   record = {'steps': steps, 'set': sargs.set, 'config': args.config, 'probe': rates,
             'compile_overhead_s': round(overhead, 1), 'planned_seconds': round(left, 1),
             'plan': {o: {k: plan[o][k] for k in ('steps', 'flops_per_step')}
@@ -208,7 +208,7 @@ def main(argv=None):
 
   state = study_parts.load_state(args.out)
   started = time.perf_counter()
-  parts = {f'pretrain_{o}': ((lambda share, o=o: transfer_study.pretrain(
+  parts = {f'pretrain_{o}': ((lambda share, o=o: study.pretrain(
       sargs, state, o, plan[o], share)), ()) for o in args.objectives}
   study_parts.run_all(parts, len(args.objectives))
   record['runs_seconds'] = round(time.perf_counter() - started, 1)

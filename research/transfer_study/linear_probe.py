@@ -1,6 +1,6 @@
 """What a pretrained encoder holds before fine-tuning touches it: linear probes on frozen features.
 
-python benchmarks/linear_probe.py --run=DIR [--run=DIR2 ...] --out=probe.json \
+python -m research.transfer_study.linear_probe --run=DIR [--run=DIR2 ...] --out=probe.json \
     [--task=SST-2 --data_dir=../shared/data/glue --examples=8000 --steps=all]
 
 For every kept checkpoint of each pretraining run (or --steps), or the one encoder of a Hugging
@@ -18,7 +18,6 @@ whether pretraining is still adding anything a classifier can use, FLOPs for FLO
 import argparse
 import json
 import os
-import sys
 from typing import Any
 
 import jax
@@ -26,16 +25,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
-# pylint: disable=g-import-not-at-top,wrong-import-position
 from electra_jax.training import checkpoint
 from electra_jax.training import flops
 from electra_jax.model import networks as pretrain_model
 from electra_jax.finetune.glue import features, data as glue_data, tasks
-from electra_jax.finetune import init, model as model_lib
+from electra_jax.finetune import init
+from electra_jax.finetune.glue import model as glue_model
 from electra_jax.hf import exporting
+from research.transfer_study import REPO
 
 FEATURES = ('cls', 'mean', 'embeddings_mean')
 STRENGTHS = (1e-4, 1e-3, 1e-2, 1e-1)  # L2 penalties tried, per feature kind
@@ -44,7 +41,8 @@ RANDOM_SEED = 0  # the random-init network: the pretraining model's initialiser 
 
 
 def parse_args(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser = argparse.ArgumentParser(prog='python -m research.transfer_study.linear_probe',
+                                   description=__doc__.split('\n\n')[0])
   parser.add_argument('--run', action='append', required=True,
                       help='a pretraining workdir or a Hugging Face ELECTRA directory (repeat '
                       'for several); all probed alike')
@@ -63,7 +61,7 @@ def parse_args(argv=None):
 def encoder_features(params, model_config, inputs, batch_size=256) -> dict[str, np.ndarray]:
   """FEATURES of every example ([N, H] or [N, E] float32) from the frozen encoder of `params`
   (a Classifier's parameters: its head is run but its output unused)."""
-  classifier = model_lib.Classifier(model_config, num_outputs=1)
+  classifier = glue_model.Classifier(model_config, num_outputs=1)
   wanted = ('embeddings', 'discriminator')
 
   @jax.jit
@@ -72,7 +70,7 @@ def encoder_features(params, model_config, inputs, batch_size=256) -> dict[str, 
                                 capture_intermediates=lambda m, _: m.name in wanted,
                                 mutable=['intermediates'])
     embedded, hidden = (state['intermediates'][k]['__call__'][0] for k in wanted)
-    mean = lambda x: model_lib.pool(x, ids, 'mean')
+    mean = lambda x: glue_model.pool(x, ids, 'mean')
     return {'cls': hidden[:, 0], 'mean': mean(hidden), 'embeddings_mean': mean(embedded)}
 
   out = {k: [] for k in FEATURES}
@@ -176,7 +174,7 @@ def main(argv=None):
     for step, step_flops, encoder in points:
       # Fine-tuning's random-init start, with the pretrained encoder in place where there is one.
       start = init.Start(model, vocab, encoder, 'random initialisation')
-      params = init.initial_params(model_lib.Classifier(model, num_outputs=1), start,
+      params = init.initial_params(glue_model.Classifier(model, num_outputs=1), start,
                                    RANDOM_SEED, args.max_seq_length)
       scores = probe(params, model, train_inputs, train_examples.labels,
                      dev_inputs, dev_examples.labels)

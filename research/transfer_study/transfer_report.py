@@ -11,11 +11,11 @@ import json
 import os
 
 import ml_collections
-import transfer_plots
 
-from electra_jax.training import flops
 from electra_jax.common.errors import UsageError
+from electra_jax.training import flops
 from electra_jax.training.report import format_duration
+from research.transfer_study import transfer_plots
 
 TASKS = ('SST-2', 'MRPC')
 # The layer-wise decay settings a start is fine-tuned with, by the suffix of the run's name: the

@@ -1,7 +1,7 @@
 """Two references for a masked LM trained on a prepared corpus: a count model and transformers.
 
-python benchmarks/mlm_references.py counts --data=DIR [--train_batches=3000]
-python benchmarks/mlm_references.py torch --data=DIR [--steps=2000 --total_steps=6365]
+python -m research.transfer_study.mlm_references counts --data=DIR [--train_batches=3000]
+python -m research.transfer_study.mlm_references torch --data=DIR [--steps=2000 --total_steps=6365]
 
 DIR is a prepared corpus (`python -m electra_jax.prepare`, or a transfer study's DIR/data) with
 train/, eval/ and vocab.model, at length 128 and batch 32 as configs/mini.py reads it.
@@ -23,15 +23,10 @@ torch: transformers' ElectraForMaskedLM at configs/mini.py's discriminator size,
 import argparse
 import json
 import os
-import sys
 import time
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
-# pylint: disable=g-import-not-at-top,wrong-import-position
 from electra_jax.data import pipeline, store, vocab as vocab_lib
 
 BATCH, LENGTH = 32, 128
@@ -177,7 +172,8 @@ def torch_mlm(args):
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = argparse.ArgumentParser(prog='python -m research.transfer_study.mlm_references',
+                                   description=__doc__.splitlines()[0])
   parser.add_argument('reference', choices=('counts', 'torch'))
   parser.add_argument('--data', required=True,
                       help='a prepared corpus (train/, eval/, vocab.model)')

@@ -1,10 +1,10 @@
-"""benchmarks/compare_studies.py: studies side by side, each start at the setting its study chose."""
+"""compare_studies.py: studies side by side, each start at the setting its study chose."""
 
 import json
 
 import pytest
 
-from test_transfer_study import load_benchmark
+from research.transfer_study import compare_studies
 
 
 def run(scores: dict[str, float], metric: str = 'accuracy') -> dict:
@@ -31,7 +31,7 @@ def study(sst2: dict[str, list[float]], mrpc: dict[str, list[float]], choice: bo
 
 
 def test_each_start_at_its_chosen_setting_and_electras_lead(tmp_path):
-  compare = load_benchmark('compare_studies')
+  compare = compare_studies
   new = study({'electra': [78, 79, 80], 'electra_no_decay': [82, 83, 81],
                'mlm': [77, 77, 78], 'mlm_no_decay': [70, 70, 70],
                'random': [79, 80, 81], 'random_no_decay': [75, 75, 75]},
@@ -63,12 +63,12 @@ def test_each_start_at_its_chosen_setting_and_electras_lead(tmp_path):
 
 
 def test_a_study_without_results_is_one_clear_error(tmp_path, capsys):
-  compare = load_benchmark('compare_studies')
+  compare = compare_studies
   with pytest.raises(SystemExit) as stopped:
     compare.main([f'--out={tmp_path / "x"}', f'--study=a={tmp_path}'])
   assert str(stopped.value) == (
       f"{tmp_path / 'results.json'} not found: --study wants a transfer study --out directory "
-      'that has written its results.json (run benchmarks/transfer_study.py --out=DIR)')
+      'that has written its results.json (run python -m research.transfer_study --out=DIR)')
   with pytest.raises(SystemExit) as stopped:
     compare.main([f'--out={tmp_path / "x"}', f'--study={tmp_path}'])
   assert stopped.value.code == 2

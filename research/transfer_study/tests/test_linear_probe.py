@@ -1,19 +1,15 @@
-"""benchmarks/linear_probe.py: its logistic regression against scikit-learn's, and its frozen
+"""linear_probe.py: its logistic regression against scikit-learn's, and its frozen
 features against the encoder's own outputs; end to end on a run in tests/test_main.py."""
-
-import importlib.util
 
 import jax
 import numpy as np
 import pytest
 
-from conftest import REPO
-from test_finetune import TINY
+from research.transfer_study import linear_probe
 
-spec = importlib.util.spec_from_file_location('linear_probe',
-                                              REPO / 'benchmarks' / 'linear_probe.py')
-linear_probe = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(linear_probe)
+# A network small enough to encode in a moment (tests/test_finetune.py fine-tunes the same one).
+TINY = dict(embedding_size=16, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+            max_position_embeddings=64)
 
 
 @pytest.mark.parametrize('strength', [1e-3, 1e-1])
@@ -45,8 +41,9 @@ def test_features_ignore_padding_and_the_batch_they_are_computed_in():
   import ml_collections
   from electra_jax.common.config import default_config
   from electra_jax.finetune import model as model_lib
+  from electra_jax.finetune.glue import model as glue_model
   model = ml_collections.ConfigDict({**default_config().model.to_dict(), **TINY})
-  classifier = model_lib.Classifier(model, num_outputs=1)
+  classifier = glue_model.Classifier(model, num_outputs=1)
   params = jax.device_get(model_lib.init_params(classifier, jax.random.PRNGKey(3), 32))
   rng = np.random.default_rng(2)
   lengths = [3, 16, 9]

@@ -1,9 +1,9 @@
 """Transfer studies side by side: each start at its better decay setting, study by study.
 
-python benchmarks/compare_studies.py --out=runs/vocab_sizes \
+python -m research.transfer_study.compare_studies --out=runs/vocab_sizes \
     --study='4,096 pieces=runs/transfer' --study='16,384 pieces=runs/vocab16k'
 
-Each --study is LABEL=DIR, DIR a `benchmarks/transfer_study.py --out` (or its results.json).
+Each --study is LABEL=DIR, DIR a `python -m research.transfer_study --out` (or its results.json).
 Writes OUT.md: per task, every start's median dev score and its seeds at the setting its study
 chose, and ELECTRA's lead over random init and over MLM in points; and OUT.png: per task, a dot
 per seed and a bar at the median, the studies along the x axis. What one change to a study (a
@@ -15,8 +15,7 @@ import json
 import os
 import statistics
 
-import transfer_plots
-import transfer_report
+from research.transfer_study import transfer_plots, transfer_report
 
 TASKS = transfer_report.TASKS
 METRICS = {'SST-2': ('accuracy',), 'MRPC': ('accuracy', 'f1')}
@@ -24,7 +23,8 @@ STARTS = ('electra', 'mlm', 'random')
 
 
 def parse_args(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser = argparse.ArgumentParser(prog='python -m research.transfer_study.compare_studies',
+                                   description=__doc__.split('\n\n')[0])
   parser.add_argument('--study', action='append', required=True, metavar='LABEL=DIR',
                       help="a study's label and its --out directory (or results.json); repeat")
   parser.add_argument('--out', required=True, help='writes OUT.md and OUT.png')
@@ -39,7 +39,8 @@ def load(path: str) -> dict:
   file = os.path.join(path, 'results.json') if os.path.isdir(path) else path
   if not os.path.exists(file):
     raise SystemExit(f'{file} not found: --study wants a transfer study --out directory that '
-                     'has written its results.json (run benchmarks/transfer_study.py --out=DIR)')
+                     'has written its results.json '
+                     '(run python -m research.transfer_study --out=DIR)')
   with open(file) as f:
     return json.load(f)
 

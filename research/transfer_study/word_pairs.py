@@ -1,6 +1,6 @@
 """Which words a pretrained encoder's embedding table puts together: opposites, near-synonyms, any.
 
-python benchmarks/word_pairs.py --run=DIR [--run=DIR2 ...] [--out=pairs.json]
+python -m research.transfer_study.word_pairs --run=DIR [--run=DIR2 ...] [--out=pairs.json]
 
 For each pretraining run (its latest checkpoint, or --step) and for the same network at random
 initialisation (fine-tuning's random-init start, seed 0), the cosine similarity between the word
@@ -17,16 +17,11 @@ a sentiment task (SST-2), where fine-tuning must first pull the opposites apart.
 
 import argparse
 import json
-import os
-import sys
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
-# pylint: disable=g-import-not-at-top,wrong-import-position
-from electra_jax.finetune import init, model as model_lib
+from electra_jax.finetune import init
+from electra_jax.finetune.glue import model as glue_model
 
 OPPOSITES = [('good', 'bad'), ('best', 'worst'), ('love', 'hate'), ('happy', 'sad'),
              ('beautiful', 'ugly'), ('better', 'worse'), ('strong', 'weak'), ('rich', 'poor'),
@@ -43,7 +38,8 @@ RANDOM_SEED = 0
 
 
 def parse_args(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser = argparse.ArgumentParser(prog='python -m research.transfer_study.word_pairs',
+                                   description=__doc__.split('\n\n')[0])
   parser.add_argument('--run', action='append', required=True, help='a pretraining workdir')
   parser.add_argument('--step', type=int, default=0, help='checkpoint step; 0 = the latest')
   parser.add_argument('--out', default='', help='write every similarity here as JSON')
@@ -81,7 +77,7 @@ def similarities(table: np.ndarray, vocab) -> dict:
 
 
 def word_table(start: init.Start) -> np.ndarray:
-  params = init.initial_params(model_lib.Classifier(start.model, num_outputs=1), start,
+  params = init.initial_params(glue_model.Classifier(start.model, num_outputs=1), start,
                                RANDOM_SEED, 8)
   return np.asarray(params['embeddings']['word_embeddings']['embedding'])
 
