@@ -24,7 +24,8 @@ MOVED = {
     'electra_jax.core.validation': 'electra_jax.training.validation',
     'electra_jax.data.benchmark': 'benchmarks/data_pipeline.py (python benchmarks/data_pipeline.py)',
     'electra_jax.hf.finetuned': 'electra_jax.finetune.export',
-    'electra_jax.finetune.train': 'electra_jax.finetune.loop and electra_jax.finetune.glue.run',
+    'electra_jax.finetune.train': ('electra_jax.finetune.loop (the shared loop) and '
+                                   'electra_jax.finetune.glue.run (GLUE)'),
     'electra_jax.finetune.run': 'electra_jax.finetune.families',
     'electra_jax.finetune.glue_data': 'electra_jax.finetune.glue.data',
     'electra_jax.finetune.features': 'electra_jax.finetune.glue.features',

@@ -14,8 +14,9 @@ from conftest import REPO, SHARED_DATA, real_file as real
 from electra_jax.common.config import load_config_file
 from electra_jax.data import wordpiece
 from electra_jax.common.errors import UsageError
-from electra_jax.finetune.tagging import data as chunk_data, metrics as chunk_metrics
-from electra_jax.finetune import model as model_lib, families as run
+from electra_jax.finetune.tagging import (data as chunk_data, metrics as chunk_metrics,
+                                          model as tagging_model)
+from electra_jax.finetune import families as run
 from electra_jax.finetune import export as finetuned
 
 CONLL = SHARED_DATA / 'conll2000'
@@ -150,7 +151,7 @@ def test_fine_tunes_on_real_conll_and_writes_conlleval_input(tmp_path):
   labels = summary['labels']
   ids = np.random.default_rng(0).integers(5, vocab_size, (3, 20)).astype(np.int32)
   ids[1, 12:] = 0
-  ours = model_lib.Tagger(ml_collections.ConfigDict(json.loads(
+  ours = tagging_model.Tagger(ml_collections.ConfigDict(json.loads(
       (tmp_path / 'out' / 'config.json').read_text())['model']), len(labels)).apply(
           {'params': params}, ids, np.zeros_like(ids))
   assert_same_logits(transformers.ElectraForTokenClassification, out, ids, ours, labels)

@@ -173,7 +173,8 @@ def test_fine_tuning_starts_from_each_switchs_discriminator(switch_run):
   import jax
   from electra_jax.common import config as config_lib
   from electra_jax.model import networks as model_lib
-  from electra_jax.finetune import init, model as finetune_model
+  from electra_jax.finetune import init
+  from electra_jax.finetune.glue import model as glue_model
   from electra_jax.hf import exporting
   from conftest import REPO
   name, workdir, _ = switch_run
@@ -181,7 +182,7 @@ def test_fine_tuning_starts_from_each_switchs_discriminator(switch_run):
   config.update(task='MRPC', init_from=str(workdir), max_seq_length=32)
   start = init.load_start(config)
   assert start.description.endswith(f'(step {STEPS})')
-  params = init.initial_params(finetune_model.Classifier(start.model, 2), start, 0, 32)
+  params = init.initial_params(glue_model.Classifier(start.model, 2), start, 0, 32)
   reads = model_lib.discriminator_view(exporting.load_run(str(workdir)).params)
   for part in init.ENCODER:
     for ours, theirs in zip(jax.tree.leaves(params[part]), jax.tree.leaves(reads[part])):

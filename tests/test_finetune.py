@@ -24,11 +24,9 @@ from electra_jax.training import checkpoint, train
 from electra_jax.common import config as config_lib, run_lock
 from electra_jax.training import optim as pretrain_optim
 from electra_jax.common.errors import UsageError
-from electra_jax.finetune import cpu_threefry, init, model as model_lib
-from electra_jax.finetune.glue import features, data as glue_data
-from electra_jax.finetune import optim, settings
-from electra_jax.finetune.glue import tasks
-from electra_jax.finetune import loop as finetune
+from electra_jax.finetune import cpu_threefry, init, loop, model as model_lib, optim, settings
+from electra_jax.finetune.glue import (data as glue_data, features, model as glue_model,
+                                       run as glue_run, tasks)
 
 GLUE_CONFIG = str(REPO / 'configs' / 'finetune' / 'glue.py')
 WORDS = ('the a cat dog sat ran on mat fast slow good bad film was is not very it and '
@@ -96,7 +94,7 @@ def finetune_config(**overrides):
 # ---- layer-wise learning rates --------------------------------------------------------------
 
 def test_layer_wise_learning_rates_on_the_real_parameter_tree():
-  model = model_lib.Classifier(tiny_model(40), num_outputs=3)
+  model = glue_model.Classifier(tiny_model(40), num_outputs=3)
   params = jax.device_get(jax.jit(lambda rng: model_lib.init_params(model, rng, 16))(
       jax.random.PRNGKey(0)))
   factors = optim.layer_factors(params, num_layers=2, decay=0.8)
@@ -153,13 +151,13 @@ def test_initial_parameters_are_those_of_flax_init_op_by_op():
   those that model.init draws op by op."""
   config = tiny_model(40)
   config.num_layers = 1  # fewer distinct operations to compile one by one
-  model = model_lib.Classifier(config, num_outputs=3)
+  model = glue_model.Classifier(config, num_outputs=3)
   ids = jnp.zeros((1, 8), jnp.int32)
   eager = model.init({'params': jax.random.PRNGKey(5)}, ids, ids)['params']
   compiled = model_lib.init_params(model, jax.random.PRNGKey(5), 8)
   jax.tree.map(np.testing.assert_array_equal, compiled, eager)
   reused = model_lib._init_program.cache_info().hits  # pylint: disable=protected-access
-  model_lib.init_params(model_lib.Classifier(config.copy_and_resolve_references(), 3),
+  model_lib.init_params(glue_model.Classifier(config.copy_and_resolve_references(), 3),
                         jax.random.PRNGKey(1), 8)
   assert model_lib._init_program.cache_info().hits == reused + 1  # pylint: disable=protected-access
 
@@ -169,7 +167,7 @@ def test_attention_choice_reaches_the_classifier():
   unknown name is refused with the choices."""
   ids = jnp.asarray(np.random.default_rng(0).integers(5, 40, (3, 16)), jnp.int32)
   ids = ids.at[0, 10:].set(0)  # padding, which every kernel must mask
-  classifier = lambda attention: model_lib.Classifier(tiny_model(40), 3, attention=attention)
+  classifier = lambda attention: glue_model.Classifier(tiny_model(40), 3, attention=attention)
   params = model_lib.init_params(classifier('einsum'), jax.random.PRNGKey(0), 16)
   logits = {name: classifier(name).apply({'params': params}, ids, jnp.zeros_like(ids))
             for name in ('einsum', 'xla', 'auto')}
@@ -189,7 +187,7 @@ def test_trimmed_padding_leaves_the_outputs_unchanged():
   assert trimmed['input_ids'].shape == trimmed['segment_ids'].shape == (3, 16)
   np.testing.assert_array_equal(trimmed['segment_ids'], segments[:, :16])
   assert features.trim_padding({'input_ids': ids[:, :16]})['input_ids'].shape == (3, 16)
-  classifier = model_lib.Classifier(tiny_model(40), 3)
+  classifier = glue_model.Classifier(tiny_model(40), 3)
   params = model_lib.init_params(classifier, jax.random.PRNGKey(0), 32)
   outputs = lambda inputs: classifier.apply({'params': params}, inputs['input_ids'],
                                             inputs['segment_ids'])
@@ -205,7 +203,7 @@ def test_mean_pooling_reads_the_real_tokens_mean_and_the_config_reaches_it():
   ids = np.asarray(np.random.default_rng(1).integers(5, 40, (3, 24)), np.int32)
   ids[0, 9:], ids[1, 17:] = 0, 0
   segments = np.zeros_like(ids)
-  mean_head = model_lib.Classifier(tiny_model(40), 3, pooling='mean')
+  mean_head = glue_model.Classifier(tiny_model(40), 3, pooling='mean')
   params = model_lib.init_params(mean_head, jax.random.PRNGKey(0), 24)
   logits, state = mean_head.apply({'params': params}, ids, segments,
                                   capture_intermediates=lambda m, _: m.name == 'discriminator',
@@ -218,20 +216,20 @@ def test_mean_pooling_reads_the_real_tokens_mean_and_the_config_reaches_it():
   padded = np.pad(ids, ((0, 0), (0, 8)))
   np.testing.assert_allclose(mean_head.apply({'params': params}, padded, np.zeros_like(padded)),
                              logits, rtol=1e-5, atol=1e-6)
-  cls_logits = model_lib.Classifier(tiny_model(40), 3).apply({'params': params}, ids, segments)
+  cls_logits = glue_model.Classifier(tiny_model(40), 3).apply({'params': params}, ids, segments)
   np.testing.assert_allclose(cls_logits, hidden[:, 0] @ head['kernel'] + head['bias'],
                              rtol=1e-5, atol=1e-6)
   assert np.abs(cls_logits - logits).max() > 1e-3
   empty = mean_head.apply({'params': params}, np.zeros_like(ids), segments)  # a filler row
   np.testing.assert_allclose(empty, np.broadcast_to(head['bias'], empty.shape), atol=1e-6)
   with pytest.raises(ValueError, match="pooling='max'"):
-    model_lib.pool(jnp.zeros((1, 4, 8)), jnp.ones((1, 4), jnp.int32), 'max')
+    glue_model.pool(jnp.zeros((1, 4, 8)), jnp.ones((1, 4), jnp.int32), 'max')
 
   task = tasks.TASKS['SST-2']
-  resolve = lambda **kw: settings.resolve(finetune_config(task='SST-2', **kw), task,
+  resolve = lambda **kw: glue_run.resolve(finetune_config(task='SST-2', **kw), task,
                                           tiny_model(40), 1)
-  assert finetune.classifier_of(resolve(), tiny_model(40), 2).pooling == 'cls'
-  assert finetune.classifier_of(resolve(pooling='mean'), tiny_model(40), 2).pooling == 'mean'
+  assert glue_run.classifier_of(resolve(), tiny_model(40), 2).pooling == 'cls'
+  assert glue_run.classifier_of(resolve(pooling='mean'), tiny_model(40), 2).pooling == 'mean'
   with pytest.raises(UsageError, match=r"config.pooling='max': use 'cls'.*or 'mean'"):
     resolve(pooling='max')
 
@@ -268,14 +266,14 @@ def test_batches_gathered_on_the_devices_are_those_of_batch_order():
   rng = np.random.default_rng(0)
   inputs = {'input_ids': rng.integers(0, 1000, (10, 6)).astype(np.int32),
             'labels': rng.normal(size=10).astype(np.float32)}
-  order = finetune.batch_order(10, 4, 7, seed=5)
+  order = loop.batch_order(10, 4, 7, seed=5)
   assert order.shape == (7, 4)
   for epoch in range(2):
     assert sorted(order.ravel()[10 * epoch:10 * (epoch + 1)]) == list(range(10))
-  assert not np.array_equal(order, finetune.batch_order(10, 4, 7, seed=6))
+  assert not np.array_equal(order, loop.batch_order(10, 4, 7, seed=6))
   mesh = train.make_mesh()
   replicated, columns = NamedSharding(mesh, P()), NamedSharding(mesh, P(None, 'data'))
-  gather = jax.jit(finetune.gather_batch, in_shardings=(replicated, columns, replicated))
+  gather = jax.jit(loop.gather_batch, in_shardings=(replicated, columns, replicated))
   on_device = jax.device_put(inputs, replicated), jax.device_put(order, columns)
   for step in range(7):
     batch = jax.device_get(gather(*on_device, np.int32(step)))
@@ -292,10 +290,10 @@ def test_each_batch_is_cut_to_its_longest_example():
   counts = features.token_counts(ids)
   np.testing.assert_array_equal(counts, [5, 17, 3, 30])
   order = np.array([[0, 2], [1, 0], [3, 2]])
-  np.testing.assert_array_equal(finetune.step_lengths(counts, order, 8, 32), [8, 24, 32])
-  np.testing.assert_array_equal(finetune.step_lengths(counts, order, 16, 24), [16, 24, 24])
+  np.testing.assert_array_equal(loop.step_lengths(counts, order, 8, 32), [8, 24, 32])
+  np.testing.assert_array_equal(loop.step_lengths(counts, order, 16, 24), [16, 24, 24])
   inputs = {'input_ids': ids, 'segment_ids': ids * 0 + 1, 'labels': np.arange(4)}
-  batch = jax.device_get(finetune.gather_batch(inputs, order, 1, 24))
+  batch = jax.device_get(loop.gather_batch(inputs, order, 1, 24))
   np.testing.assert_array_equal(batch['input_ids'], ids[[1, 0], :24])
   assert batch['segment_ids'].shape == (2, 24)
   np.testing.assert_array_equal(batch['labels'], [1, 0])
@@ -319,15 +317,15 @@ def test_the_loop_equals_a_host_loop_over_batch_order(files, tmp_path, multiple)
   steps, seed = 2 * 24 // batch_size, 3  # 24 examples, 2 epochs
   lengths = [32] * steps
   if multiple:
-    lengths = finetune.step_lengths(features.token_counts(inputs['input_ids']),
-                                    finetune.batch_order(len(train_set), batch_size, steps, seed),
+    lengths = loop.step_lengths(features.token_counts(inputs['input_ids']),
+                                    loop.batch_order(len(train_set), batch_size, steps, seed),
                                     multiple, 32)
     assert len(set(lengths)) > 1 and min(lengths) < 32  # the cut is exercised
-  model = model_lib.Classifier(start.model, 2)
+  model = glue_model.Classifier(start.model, 2)
   optimizer = optim.make_optimizer(config, model_lib.param_shapes(model, 32), 2, steps)
-  compiled = finetune.compile_steps(model, optimizer, False, train.make_mesh())
+  compiled = glue_run.compile_steps(model, optimizer, False, train.make_mesh())
   logged = []
-  params = finetune.train_seed(config, seed, start, model, compiled,
+  params = loop.train_seed(config, seed, start, model, compiled,
                                jax.device_put(inputs, compiled.replicated), steps,
                                optim.learning_rate_schedule(config, steps), logged.append,
                                str(tmp_path), features.token_counts(inputs['input_ids']))
@@ -339,7 +337,7 @@ def test_the_loop_equals_a_host_loop_over_batch_order(files, tmp_path, multiple)
 
   @jax.jit
   def update(params, opt_state, batch, rng):
-    loss, grads = jax.value_and_grad(finetune.loss_fn)(params, batch, rng, model=model,
+    loss, grads = jax.value_and_grad(glue_run.loss_fn)(params, batch, rng, model=model,
                                                        regression=False)
     updates, opt_state = optimizer.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, loss
@@ -347,7 +345,7 @@ def test_the_loop_equals_a_host_loop_over_batch_order(files, tmp_path, multiple)
   expected = init.initial_params(model, start, seed, 32)
   opt_state, rng, losses = optimizer.init(expected), jax.random.fold_in(
       jax.random.PRNGKey(seed), 1), []
-  for step, rows in enumerate(finetune.batch_order(len(train_set), batch_size, steps, seed)):
+  for step, rows in enumerate(loop.batch_order(len(train_set), batch_size, steps, seed)):
     batch = {name: values[rows] if values.ndim == 1 else values[rows, :lengths[step]]
              for name, values in inputs.items()}
     expected, opt_state, loss = update(expected, opt_state, batch, jax.random.fold_in(rng, step))
@@ -437,7 +435,7 @@ def test_fine_tune_from_a_pretraining_run(files, pretraining_run, tmp_path, capl
   config = finetune_config(task='mrpc', init_from=str(workdir), data_dir=str(glue), seeds='3,1')
   start = init.load_start(config)
   assert start.description.endswith('(step 7)') and start.model.hidden_size == 32
-  model = model_lib.Classifier(start.model, 2)
+  model = glue_model.Classifier(start.model, 2)
   params = init.initial_params(model, start, 0, 32)
   assert set(params) == {'embeddings', 'discriminator', 'classifier'}  # no generator
   for name in init.ENCODER:
@@ -446,7 +444,7 @@ def test_fine_tune_from_a_pretraining_run(files, pretraining_run, tmp_path, capl
 
   out = tmp_path / 'mrpc'
   with caplog.at_level(logging.INFO, logger='absl'):
-    summary = finetune.fine_tune(config, str(out))
+    summary = glue_run.fine_tune(config, str(out))
   assert '32 training examples (32 used, 64 rows with the (B, A) swaps)' in caplog.text
   saved = json.loads((out / 'results.json').read_text())
   assert saved == json.loads(json.dumps(summary))
@@ -472,11 +470,11 @@ def test_fine_tune_from_a_pretraining_run(files, pretraining_run, tmp_path, capl
   with pytest.raises(UsageError, match=re.escape(
       f'holds seed checkpoints fine-tuned from step 7 of {workdir}, not from step 9 (init_step 0 '
       "is the run's latest); pass --config.init_step=7 to continue that run")):
-    finetune.prepare_workdir(later, str(out))
-  finetune.prepare_workdir(ml_collections.ConfigDict({**resolved, 'seeds': '3'}), str(out))
+    loop.prepare_workdir(later, str(out))
+  loop.prepare_workdir(ml_collections.ConfigDict({**resolved, 'seeds': '3'}), str(out))
   # A workdir from before steps were resolved recorded 0: it continues, as it did then.
   (out / 'config.json').write_text(json.dumps({**resolved, 'init_step': 0}))
-  finetune.prepare_workdir(later, str(out))
+  loop.prepare_workdir(later, str(out))
 
 
 def test_a_checkpoint_that_does_not_fit_is_refused(files, pretraining_run):
@@ -487,7 +485,7 @@ def test_a_checkpoint_that_does_not_fit_is_refused(files, pretraining_run):
   with pytest.raises(UsageError, match=r'parameters of X do not fit.*intermediate/kernel: '
                                        r'pretrained parameters \(32, 64\), '
                                        r'fine-tuning model \(32, 128\)'):
-    init.initial_params(model_lib.Classifier(wider, 2), start, 0, 32)
+    init.initial_params(glue_model.Classifier(wider, 2), start, 0, 32)
 
 
 def test_reinit_draws_the_named_parts_as_random_init_does_and_keeps_the_rest(files,
@@ -495,7 +493,7 @@ def test_reinit_draws_the_named_parts_as_random_init_does_and_keeps_the_rest(fil
   workdir, pretrained = pretraining_run
   config = finetune_config(task='mrpc', init_from=str(workdir), data_dir=str(files[1]))
   start = init.load_start(config)
-  model = model_lib.Classifier(start.model, 2)
+  model = glue_model.Classifier(start.model, 2)
   random_start = init.Start(start.model, start.vocab, None, 'random')
   fresh = init.initial_params(model, random_start, 5, 32)  # random init's draw for seed 5
   mixed = init.initial_params(model, init.with_reinit(start, 'embeddings, layer_1'), 5, 32)
@@ -522,7 +520,7 @@ def test_word_table_replaces_the_rows_it_gives_and_nothing_else(files, pretraini
   workdir, pretrained = pretraining_run
   config = finetune_config(task='mrpc', init_from=str(workdir), data_dir=str(files[1]))
   start = init.load_start(config)
-  model = model_lib.Classifier(start.model, 2)
+  model = glue_model.Classifier(start.model, 2)
   random_start = init.Start(start.model, start.vocab, None, 'random')
   shape = (start.model.vocab_size, start.model.embedding_size)
   table = np.random.default_rng(0).normal(0, 0.02, shape).astype(np.float32)
@@ -571,7 +569,7 @@ def test_dropout_replaces_the_starts_rates_and_reaches_the_encoder(files, pretra
   segments = jnp.zeros_like(ids)
 
   def logits(start, key):
-    model = model_lib.Classifier(start.model, 2, head_dropout_rate=0.0)
+    model = glue_model.Classifier(start.model, 2, head_dropout_rate=0.0)
     params = init.initial_params(model, start, 0, 16)
     return model.apply({'params': params}, ids, segments, deterministic=False,
                        rngs={'dropout': jax.random.PRNGKey(key)})
@@ -588,10 +586,10 @@ def test_random_init_regression(files, tmp_path):
   config = finetune_config(task='STS-B', data_dir=str(glue), vocab=str(root / 'vocab.txt'),
                            num_epochs=2.0)
   with pytest.raises(UsageError, match=f'has {vocab_size} pieces but config.model.vocab_size'):
-    finetune.fine_tune(config, str(tmp_path / 'wrong'))
+    glue_run.fine_tune(config, str(tmp_path / 'wrong'))
   assert not (tmp_path / 'wrong').exists()  # refused before it wrote, it leaves no folder
   config.model.update(vocab_size=vocab_size, **TINY)
-  summary = finetune.fine_tune(config, str(tmp_path / 'stsb'))
+  summary = glue_run.fine_tune(config, str(tmp_path / 'stsb'))
   assert summary['init'] == 'random initialisation' and summary['budget']['steps'] == 8
   assert set(summary['median']['STS-B']) == {'spearman', 'pearson'}
   assert summary['score_metric'] == 'STS-B spearman'
@@ -603,13 +601,13 @@ def test_random_init_regression(files, tmp_path):
   saved = json.loads((tmp_path / 'stsb' / 'config.json').read_text())
   del saved['compilation_cache_dir']
   (tmp_path / 'stsb' / 'config.json').write_text(json.dumps(saved))
-  again = finetune.fine_tune(config, str(tmp_path / 'stsb'))
+  again = glue_run.fine_tune(config, str(tmp_path / 'stsb'))
   assert again['seeds'] == summary['seeds'] and again['score'] == summary['score']
   # While another process fine-tunes there, a second run is refused before it writes anything.
   before = tree_digest(tmp_path / 'stsb')
   with run_lock.only_run_in(str(tmp_path / 'stsb'), 'fine-tuning run'):
     with pytest.raises(UsageError, match='stsb is in use by another fine-tuning run'):
-      finetune.fine_tune(config, str(tmp_path / 'stsb'))
+      glue_run.fine_tune(config, str(tmp_path / 'stsb'))
   assert tree_digest(tmp_path / 'stsb') == before
 
 
@@ -627,7 +625,7 @@ def test_the_transformers_head_exports_as_electra_for_sequence_classification(fi
                            head='transformers', predict_test=False)
   config.model.update(vocab_size=vocab_size, **TINY)
   out = tmp_path / 'mrpc'
-  summary = finetune.fine_tune(config, str(out))
+  summary = glue_run.fine_tune(config, str(out))
   params, step = finetuned.seed_params(str(out), 0)
   assert step == summary['budget']['steps']
   assert params['classifier_dense']['kernel'].shape == (32, 32)
@@ -646,7 +644,7 @@ def test_the_transformers_head_exports_as_electra_for_sequence_classification(fi
   segments = np.where(np.arange(20) > 9, 1, 0)[None].repeat(3, 0) * (ids != 0)
   saved = json.loads((out / 'config.json').read_text())
   resolved = ml_collections.ConfigDict(saved)
-  classifier = finetune.classifier_of(resolved, ml_collections.ConfigDict(saved['model']), 2)
+  classifier = glue_run.classifier_of(resolved, ml_collections.ConfigDict(saved['model']), 2)
 
   def assert_same_logits(hf, params):
     ours = classifier.apply({'params': params}, ids, segments)
@@ -682,13 +680,13 @@ def test_the_transformers_head_exports_as_electra_for_sequence_classification(fi
   assert_same_logits(scaled_hf, scaled)
 
   config.update(head='electra', num_epochs=0.5)
-  finetune.fine_tune(config, str(tmp_path / 'recipe'))
+  glue_run.fine_tune(config, str(tmp_path / 'recipe'))
   with pytest.raises(UsageError, match='fine-tune with --config.head=transformers to export one'):
     finetuned.export_seed(str(tmp_path / 'recipe'), str(tmp_path / 'refused'), seed=0)
   assert not (tmp_path / 'refused').exists()
   config.head = 'dense'
   with pytest.raises(UsageError, match=r"config.head='dense': use 'electra' .* or 'transformers'"):
-    finetune.fine_tune(config, str(tmp_path / 'unknown'))
+    glue_run.fine_tune(config, str(tmp_path / 'unknown'))
 
 
 # ---- command lines --------------------------------------------------------------------------

@@ -67,6 +67,22 @@ def test_fine_tuning_shares_one_loop_and_the_families_do_not_import_each_other()
   assert not crossing, crossing
 
 
+# The shared fine-tuning modules that reach into a family: the dispatcher, and the two that act
+# on GLUE's recipe (aot compiles its step; export reads its task's labels).
+READS_A_FAMILY = ('families', 'aot', 'export')
+
+
+def test_the_shared_fine_tuning_modules_import_no_family():
+  families = ('glue', 'squad', 'tagging')
+  into_a_family = []
+  for a, b in library_imports():
+    pa, pb = a.split('.'), b.split('.')
+    if (len(pa) == 3 and pa[1] == 'finetune' and pa[2] not in families + READS_A_FAMILY
+        and len(pb) > 2 and pb[1] == 'finetune' and pb[2] in families):
+      into_a_family.append((a, b))
+  assert not into_a_family, into_a_family
+
+
 @pytest.mark.parametrize('old', sorted(electra_jax.MOVED))
 def test_an_old_module_path_names_its_new_one(old):
   with pytest.raises(ModuleNotFoundError, match=f'{old} has moved: use '):
@@ -93,6 +109,7 @@ def test_new_module_paths_import():
   for new in ('electra_jax.common.config', 'electra_jax.model.networks', 'electra_jax.training.optim',
               'electra_jax.training.flops', 'electra_jax.training.validation',
               'electra_jax.data.run_vocab', 'electra_jax.finetune.export',
-              'electra_jax.finetune.glue.data', 'electra_jax.finetune.squad.run',
-              'electra_jax.finetune.tagging.run'):
+              'electra_jax.finetune.glue.data', 'electra_jax.finetune.glue.model',
+              'electra_jax.finetune.glue.run', 'electra_jax.finetune.squad.run',
+              'electra_jax.finetune.tagging.model', 'electra_jax.finetune.tagging.run'):
     __import__(new)

@@ -231,7 +231,8 @@ def test_mlm_run_fine_tunes_and_exports_like_an_electra_run(mlm_run, tmp_path):
   from electra_jax.training import checkpoint, train
   from electra_jax.common import config as config_lib
   from electra_jax.training import optim
-  from electra_jax.finetune import init, model as finetune_model
+  from electra_jax.finetune import init
+  from electra_jax.finetune.glue import model as glue_model
   from electra_jax.hf import exporting
   from jax.sharding import NamedSharding, PartitionSpec as P
 
@@ -249,7 +250,7 @@ def test_mlm_run_fine_tunes_and_exports_like_an_electra_run(mlm_run, tmp_path):
   config.update(task='mrpc', init_from=str(mlm_run), max_seq_length=64)
   start = init.load_start(config)
   assert start.description.endswith('(step 4)')
-  params = init.initial_params(finetune_model.Classifier(start.model, 2), start, 0, 64)
+  params = init.initial_params(glue_model.Classifier(start.model, 2), start, 0, 64)
   assert set(params) == {'embeddings', 'discriminator', 'classifier'}
   for name in init.ENCODER:
     for ours, theirs in zip(jax.tree.leaves(params[name]), jax.tree.leaves(pretrained[name])):

@@ -21,7 +21,7 @@ from electra_jax.common import cli
 from electra_jax.training import optim
 from electra_jax.data import pipeline, prepared_dir
 from electra_jax.common.errors import UsageError
-from electra_jax.finetune import loop as finetune
+from electra_jax.finetune.glue import run as glue_run
 from test_finetune import TINY, finetune_config, glue_folder, sentences, write_vocab
 
 
@@ -157,7 +157,7 @@ def test_fine_tuning_stops_or_skips_as_pretraining_does(data, tmp_path, monkeypa
   config.model.num_layers = 1
   with pytest.raises(UsageError, match=r'^step 3 of SST-2 seed 5 is not finite .* no results '
                                        r'were written'):
-    finetune.fine_tune(config, str(tmp_path / 'stop'))
+    glue_run.fine_tune(config, str(tmp_path / 'stop'))
   assert not (tmp_path / 'stop' / 'results.json').exists()
   records = [json.loads(line) for line in (tmp_path / 'stop' / 'metrics.jsonl').open()]
   assert [(r['step'], r['skipped_steps']) for r in records] == [(2, 0)]
@@ -165,7 +165,7 @@ def test_fine_tuning_stops_or_skips_as_pretraining_does(data, tmp_path, monkeypa
   config.update(on_nonfinite='skip', max_consecutive_skips=2)
   with pytest.raises(UsageError, match=r'^steps 3 to 4 of SST-2 seed 5 were all not finite '
                                        r'and skipped, 2 in a row'):
-    finetune.fine_tune(config, str(tmp_path / 'skip'))
+    glue_run.fine_tune(config, str(tmp_path / 'skip'))
 
 
 def test_the_finite_flag_is_computed_once_not_copied_into_every_update():

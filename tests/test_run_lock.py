@@ -70,7 +70,7 @@ def test_an_object_store_directory_is_not_locked():
       pass
 
 
-@pytest.mark.parametrize('family', ['loop', 'squad.run', 'tagging.run'])
+@pytest.mark.parametrize('family', ['glue.run', 'squad.run', 'tagging.run'])
 def test_every_fine_tuning_family_holds_its_workdir(family, tmp_path):
   fine_tune = importlib.import_module(f'electra_jax.finetune.{family}').fine_tune
   (tmp_path / 'config.json').write_text('{}')

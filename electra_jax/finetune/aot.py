@@ -1,5 +1,6 @@
 """The fine-tuning step compiled for a TPU slice on a host without one (training/aot.py's
-machinery applied to finetune/loop.py's own step: same model, optimizer, shardings, donation).
+machinery applied to GLUE's step on finetune/loop.py: same model, optimizer, shardings, donation).
+It compiles GLUE's recipe, the shape of most fine-tuning, so it reads finetune/glue/.
 """
 
 import time
@@ -8,8 +9,8 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from electra_jax.finetune import loop, model as model_lib, optim, settings
-from electra_jax.finetune.glue import tasks
+from electra_jax.finetune import model as model_lib, optim
+from electra_jax.finetune.glue import run as glue_run, tasks
 from electra_jax.training import aot, flops, train
 
 
@@ -17,15 +18,15 @@ def lower_finetune_step(config: ml_collections.ConfigDict, devices, num_examples
                         num_outputs: int = 2):
   """(lowered fine-tuning step, its abstract state, its data) of a GLUE classifier on `devices`.
 
-  `config` is a resolved fine-tuning config (settings.resolve) with the pretrained model in
+  `config` is a resolved fine-tuning config (glue/run.py's resolve) with the pretrained model in
   config.model. The step holds the whole tokenized training set (`num_examples` rows,
   replicated) and the [steps, batch] order on the devices, as finetune/loop.py places them.
   """
-  model = loop.classifier_of(config, config.model, num_outputs)
+  model = glue_run.classifier_of(config, config.model, num_outputs)
   shapes = model_lib.param_shapes(model, config.max_seq_length)
   total_steps = max(1, int(num_examples * config.num_epochs / config.batch_size))
   optimizer = optim.make_optimizer(config, shapes, config.model.num_layers, total_steps)
-  compiled = loop.compile_steps(model, optimizer, num_outputs == 1, train.make_mesh(devices))
+  compiled = glue_run.compile_steps(model, optimizer, num_outputs == 1, train.make_mesh(devices))
   init = lambda: train.TrainState(step=jnp.zeros([], jnp.int32), params=shapes,
                                   opt_state=optimizer.init(shapes),
                                   rng=jax.random.PRNGKey(0))
@@ -74,5 +75,5 @@ def compile_finetuning(model: ml_collections.ConfigDict, finetune_config: ml_col
   """The GLUE recipe's step on pretrained `model`, compiled for the TPU slice `topology`."""
   sliced = aot.slice_devices(topology)
   task = tasks.get_task(finetune_config.task or 'SST-2')  # SST-2: the shape of most GLUE tasks
-  resolved = settings.resolve(finetune_config, task, model, len(sliced.devices))
+  resolved = glue_run.resolve(finetune_config, task, model, len(sliced.devices))
   return finetune_report(resolved, sliced, num_examples, task.num_outputs)

@@ -21,7 +21,7 @@ import ml_collections
 import orbax.checkpoint as ocp
 
 from electra_jax.common.errors import UsageError
-from electra_jax.finetune import init as finetune_init, loop as finetune_train
+from electra_jax.finetune import init as finetune_init, loop
 from electra_jax.finetune.glue import tasks
 from electra_jax.hf import files, model_card, model_config, params as params_lib, tokenizer
 
@@ -70,7 +70,7 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
 
 def seed_params(workdir: str, seed: int) -> tuple[dict, int]:
   """The parameters (numpy) of seed's final checkpoint and its step."""
-  step = finetune_train.saved_step(workdir, seed)
+  step = loop.saved_step(workdir, seed)
   folder = os.path.join(os.path.abspath(workdir), 'checkpoints', f'seed_{seed}')
   if not step:
     raise UsageError(f"'{workdir}' has no checkpoint of seed {seed}; fine-tune that seed first "

@@ -9,14 +9,14 @@ import ml_collections
 
 from electra_jax.common import storage
 from electra_jax.common.errors import UsageError
-from electra_jax.finetune.tagging import run as chunk_run
+from electra_jax.finetune.glue import run as glue_run, tasks
 from electra_jax.finetune.squad import run as squad_run
-from electra_jax.finetune.glue import tasks
-from electra_jax.finetune import loop as train
+from electra_jax.finetune.tagging import run as chunk_run
 from electra_jax.training import compile_cache
 
 # A field only the family's config file has, to tell a config file meant for another family.
-_FAMILIES = {'glue': ('tfds_name', train.fine_tune), 'squad': ('doc_stride', squad_run.fine_tune),
+_FAMILIES = {'glue': ('tfds_name', glue_run.fine_tune),
+             'squad': ('doc_stride', squad_run.fine_tune),
              'chunk': ('tag_encoding', chunk_run.fine_tune)}
 
 

@@ -175,7 +175,7 @@ def with_word_table(start: Start, path: str) -> Start:
                         description=f'{start.description}, word table from {path}')
 
 
-def initial_params(model: model_lib.Classifier, start: Start, seed: int,
+def initial_params(model: Any, start: Start, seed: int,
                    max_seq_length: int) -> dict[str, Any]:
   """A fresh head (and, for random init, encoder) from `seed`, with the pretrained encoder.
 

@@ -1,8 +1,9 @@
-"""Fine-tuning on one GLUE task, for several seeds: data -> model -> compiled step -> scores.
+"""The loop every task family fine-tunes with: compiled steps, seeds, checkpoints, predictions.
 
-The step is pretraining's shape: one jitted function over the device mesh's `data` axis, the
-batch sharded on it, parameters and optimizer state replicated and donated. It is compiled once
-and reused by every seed (the seeds change values, never shapes).
+A family (glue/, squad/, tagging/ run.py) brings its data, network, loss and outputs; this
+module trains it for several seeds. The step is pretraining's shape: one jitted function over
+the device mesh's `data` axis, the batch sharded on it, parameters and optimizer state replicated
+and donated. It is compiled once and reused by every seed (the seeds change values, never shapes).
 
 Steps = int(train examples x epochs / batch), as the original computed them; batches are
 consecutive slices of a concatenation of per-epoch shuffles drawn from the seed.
@@ -23,38 +24,20 @@ from typing import Any, NamedTuple
 from absl import logging
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import optax
 import orbax.checkpoint as ocp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from electra_jax.training import checkpoint, compile_cache, nonfinite
-from electra_jax.common import config as config_lib, run_lock
+from electra_jax.common import config as config_lib
 from electra_jax.training import optim as pretrain_optim
 from electra_jax.training import train as pretrain
 from electra_jax.common.errors import UsageError
-from electra_jax.finetune import cpu_threefry, init, optim, results
-from electra_jax.finetune.glue import features, data as glue_data, metrics
+from electra_jax.finetune import init, optim, results
 from electra_jax.finetune import model as model_lib, settings
-from electra_jax.finetune.glue import tasks
 
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
-
-
-def classifier_of(config, model_config, num_outputs: int) -> model_lib.Classifier:
-  """The GLUE network a resolved fine-tuning `config` trains on `model_config` (the start's)."""
-  return model_lib.Classifier(model_config, num_outputs, config.head_dropout,
-                              DTYPES[config.dtype], config.attention, config.pooling,
-                              config.get('head', 'electra'))  # runs saved before it: 'electra'
-
-
-def loss_fn(params, batch, rng, *, model, regression: bool):
-  outputs = model.apply({'params': params}, batch['input_ids'], batch['segment_ids'],
-                        deterministic=False, rngs={'dropout': rng})
-  if regression:
-    return jnp.mean(jnp.square(outputs[:, 0] - batch['labels']))
-  return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(outputs, batch['labels']))
 
 
 def gather_batch(inputs, order, step, length: int | None = None):
@@ -72,7 +55,8 @@ def step_lengths(token_counts: np.ndarray, order: np.ndarray, multiple: int,
   `multiple`, at most `width` (the examples' own). Every batch length is one compiled program,
   so the multiple bounds their number."""
   longest = token_counts[order].max(axis=1)
-  return np.minimum(features.round_up(longest, multiple), width).astype(np.int64)
+  rounded = -(-longest // multiple) * multiple  # up to a multiple, as glue/features.round_up
+  return np.minimum(rounded, width).astype(np.int64)
 
 
 def train_step(state, inputs, order, length, *, loss_of, optimizer):
@@ -90,10 +74,6 @@ def train_step(state, inputs, order, length, *, loss_of, optimizer):
           jnp.where(finite, loss, 0.0), jnp.logical_not(finite).astype(jnp.int32))
 
 
-def predict_step(params, batch, *, model):
-  return model.apply({'params': params}, batch['input_ids'], batch['segment_ids'])
-
-
 class Compiled(NamedTuple):
   step: Any
   predict: Any
@@ -101,12 +81,6 @@ class Compiled(NamedTuple):
   replicated: NamedSharding
   batch_sharding: NamedSharding
   order_sharding: NamedSharding  # [steps, batch] row indices: each device holds its columns
-
-
-def compile_steps(model, optimizer, regression, mesh) -> Compiled:
-  """GLUE's steps: its classifier's loss and outputs."""
-  return compile_task_steps(functools.partial(loss_fn, model=model, regression=regression),
-                            functools.partial(predict_step, model=model), optimizer, mesh)
 
 
 def compile_task_steps(loss_of, predict_of, optimizer, mesh) -> Compiled:
@@ -151,18 +125,6 @@ def predict(predict_fn, params, inputs, batch_size, batch_sharding):
     out = jax.device_get(predict_fn(params, jax.device_put(batch, batch_sharding)))
     outputs.append(jax.tree.map(lambda values: np.asarray(values)[:rows], out))
   return jax.tree.map(lambda *parts: np.concatenate(parts), *outputs)
-
-
-def to_predictions(task, outputs: np.ndarray) -> np.ndarray:
-  return outputs[:, 0] if task.is_regression else np.argmax(outputs, axis=-1)
-
-
-def train_examples(config, task, data):
-  examples = features.subset(data.train, config.max_train_examples)
-  used = len(examples)
-  if task.swap_pairs and config.swap_pairs:
-    examples = features.with_swapped_pairs(examples)
-  return examples, used
 
 
 def seed_manager(workdir: str, seed: int) -> ocp.CheckpointManager:
@@ -244,23 +206,6 @@ def train_seed(config, seed, start, model, compiled, train_inputs, total_steps, 
   finally:
     manager.close()
   return state.params
-
-
-def fine_tune_seed(config, task, seed, start, model, compiled, train_inputs, eval_inputs,
-                   total_steps, schedule, log, workdir, token_counts=None):
-  """Trains from a fresh head (seed) and returns (dev metrics by split, test predictions)."""
-  params = train_seed(config, seed, start, model, compiled, train_inputs, total_steps,
-                      schedule, log, workdir, token_counts)
-  predict_fn, batch_sharding = compiled.predict, compiled.batch_sharding
-  scores, test_predictions = {}, {}
-  for name, (inputs, labels) in eval_inputs['dev'].items():
-    predictions = to_predictions(task, predict(predict_fn, params, inputs,
-                                               config.eval_batch_size, batch_sharding))
-    scores[name] = metrics.compute(task.metrics, labels, predictions)
-  for name, inputs in eval_inputs['test'].items():
-    test_predictions[name] = to_predictions(task, predict(
-        predict_fn, params, inputs, config.eval_batch_size, batch_sharding))
-  return scores, test_predictions
 
 
 def for_each_seed(config, workdir: str, total_steps: int, run_seed) -> dict:
@@ -345,59 +290,3 @@ def prepare_workdir(config, workdir: str):
   config_lib.save_config(config, workdir)
   # Only now that DIR is accepted: a refused run leaves no cache folder in it.
   compile_cache.use(config.get('compilation_cache_dir', ''), workdir)
-
-
-@run_lock.one_run_per_workdir('fine-tuning run')
-@cpu_threefry.in_line_on_cpu()  # the same dropout masks, for less CPU time
-def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Fine-tunes every seed of `config` on its task; writes DIR/results.json and submissions."""
-  task = tasks.get_task(config.task)
-  settings.parse_seeds(config.seeds)
-  start = init.with_reinit(init.load_start(config), config.get('reinit', ''))
-  start = init.with_word_table(start, config.get('word_table', ''))
-  config = settings.resolve(config, task, start.model, jax.device_count(), start.step)
-  data = glue_data.load(task, config.data_dir, config.tfds_name, config.tfds_data_dir,
-                        config.predict_test)
-  train_set, used = train_examples(config, task, data)
-  # Each set is cut to its longest example: the step and predictions then cost what the data
-  # needs, not max_seq_length (one more compilation per distinct length, a few at most).
-  encode = lambda examples: features.trim_padding(
-      features.encode(examples, start.vocab, config.max_seq_length))
-  train_inputs = {**encode(train_set), 'labels': train_set.labels}
-  eval_inputs = {'dev': {name: (encode(ex), ex.labels) for name, ex in data.dev.items()},
-                 'test': {name: encode(ex) for name, ex in data.test.items()}}
-  total_steps = max(1, int(len(train_set) * config.num_epochs / config.batch_size))
-
-  prepare_workdir(config, workdir)
-  model = classifier_of(config, start.model, task.num_outputs)
-  shapes = model_lib.param_shapes(model, config.max_seq_length)
-  optimizer = optim.make_optimizer(config, shapes, start.model.num_layers, total_steps)
-  compiled = compile_steps(model, optimizer, task.is_regression, pretrain.make_mesh())
-  width = train_inputs['input_ids'].shape[1]
-  token_counts = features.token_counts(train_inputs['input_ids'])
-  train_inputs = jax.device_put(train_inputs, compiled.replicated)  # once, for every seed
-  schedule = optim.learning_rate_schedule(config, total_steps)
-  # Only pair tasks trained on (B, A) as well have more rows than examples used.
-  swaps = f', {len(train_set)} rows with the (B, A) swaps' if len(train_set) != used else ''
-  logging.info('%s from %s: %d training examples (%d used%s), %d steps of '
-               '%d (length %d of %d), lr %g, layer decay %g, seeds %s', task.name,
-               start.description, len(data.train), used, swaps, total_steps,
-               config.batch_size, train_inputs['input_ids'].shape[1], config.max_seq_length,
-               config.learning_rate, config.layer_decay, config.seeds)
-
-  started = time.perf_counter()
-  outcomes = for_each_seed(config, workdir, total_steps, lambda seed, log: fine_tune_seed(
-      config, task, seed, start, model, compiled, train_inputs, eval_inputs, total_steps,
-      schedule, log, workdir, token_counts))
-  per_seed = {seed: scores for seed, (scores, _) in outcomes.items()}
-  predictions = {seed: test for seed, (_, test) in outcomes.items()}
-  budget = {'train_examples': used, 'train_pairs_with_swaps': len(train_set),
-            'steps': total_steps, 'batch_size': config.batch_size,
-            'epochs': config.num_epochs, 'max_seq_length': config.max_seq_length,
-            'seconds': round(time.perf_counter() - started, 1)}
-  summary = results.write(workdir, task, config, start.description, budget, per_seed,
-                          predictions, data.test)
-  # One program per batch length: at most one per multiple up to the set's length.
-  multiple = config.length_multiple
-  pretrain.check_compiled_once(compiled.step, -(-width // multiple) if multiple else 1)
-  return summary

@@ -10,8 +10,6 @@ from electra_jax.training import nonfinite
 from electra_jax.common import bounds
 from electra_jax.common.config import load_config_file
 from electra_jax.common.errors import UsageError
-from electra_jax.finetune.model import HEADS, POOLINGS
-from electra_jax.finetune.glue.tasks import Task
 
 # Fields of configs/finetune/glue.py that only GLUE's data and classifier read.
 GLUE_ONLY = ('tfds_name', 'tfds_data_dir', 'max_train_examples', 'swap_pairs', 'predict_test',
@@ -48,10 +46,12 @@ def parse_seeds(seeds: str) -> list[int]:
   return parsed
 
 
-def resolve(config: ml_collections.ConfigDict, task: Task, model: ml_collections.ConfigDict,
+def resolve(config: ml_collections.ConfigDict, task, model: ml_collections.ConfigDict,
             num_devices: int, init_step: int | None = None) -> ml_collections.ConfigDict:
   """A copy of `config` with task, size, learning rate, decay and epochs made explicit, and
   init_step with the checkpoint a pretraining run's start was loaded from (`init_step`).
+  `task` is any family's: its `name` and default `epochs` are read. A family checks the fields
+  of its own head (glue/run.py's resolve, squad/run.py's check).
 
   init_step 0 means the run's latest checkpoint, which moves while the run trains on; recorded
   as a step, it lets a rerun tell seeds begun from an older checkpoint from its own.
@@ -82,13 +82,6 @@ def resolve(config: ml_collections.ConfigDict, task: Task, model: ml_collections
   if c.get('length_multiple', 0) < 0:
     raise UsageError(f'config.length_multiple={c.length_multiple}: use a positive multiple to cut '
                      "each batch to its longest example, or 0 for the training set's length")
-  if 'pooling' in c and c.pooling not in POOLINGS:  # GLUE's head; SQuAD and chunk have none
-    raise UsageError(f"config.pooling={c.pooling!r}: use 'cls' (the [CLS] vector, the recipe) or "
-                     "'mean' (the mean of the top layer over the real tokens)")
-  if 'pooling' in c and c.get('head', 'electra') not in HEADS:
-    raise UsageError(f"config.head={c.head!r}: use 'electra' (one dense layer on [CLS], the "
-                     "original's) or 'transformers' (ElectraForSequenceClassification's dense, "
-                     'GELU, dense, which electra_jax.export writes as that class)')
   bounds.check(c, {**bounds.OPTIMIZER, **bounds.FINE_TUNING})  # layer_decay 1 turns it off
   nonfinite.validate(c)
   return c

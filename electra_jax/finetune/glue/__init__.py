@@ -1,1 +1,2 @@
-"""GLUE: the tasks as data, their TSV or TFDS examples, features and metrics."""
+"""GLUE: the tasks as data, their TSV or TFDS examples, features, the classifier, metrics,
+submission files, the runner."""

@@ -1,8 +1,8 @@
-"""Fine-tuning on SQuAD 1.1 or 2.0, for several seeds: files -> windows -> GLUE's loop -> answers.
+"""Fine-tuning on SQuAD 1.1 or 2.0, for several seeds: files -> windows -> the loop -> answers.
 
-The loop is GLUE's (train.py): one compiled step reused by every seed, the training windows
-placed on the devices once. Per seed, the dev windows' outputs become answers (squad_predict)
-scored as the official scripts score them (squad_metrics). DIR gets, per seed in seed_<n>/ and
+The loop is finetune/loop.py's: one compiled step reused by every seed, the training windows
+placed on the devices once. Per seed, the dev windows' outputs become answers (squad/predict.py)
+scored as the official scripts score them (squad/metrics.py). DIR gets, per seed in seed_<n>/ and
 for the median seed (by F1) in DIR itself: predictions.json (question id -> answer, "" for no
 answer) and, for 2.0, null_odds.json (question id -> no-answer score) and
 best_non_null.json (the answer before the threshold, which the 2.0 script's best-threshold
@@ -23,9 +23,9 @@ from electra_jax.finetune import cpu_threefry, init, optim, settings
 from electra_jax.finetune.squad import model as qa_model
 from electra_jax.finetune.squad import (data as squad_data, features as squad_features,
                                         metrics as squad_metrics, predict as squad_predict)
-from electra_jax.finetune import loop as train
+from electra_jax.finetune import loop
 
-DTYPES = train.DTYPES
+DTYPES = loop.DTYPES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,13 +108,13 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   dev_windows, dev_contexts, _ = build(dev_set, training=False)
   total_steps = max(1, int(len(train_windows.input_ids) * config.num_epochs / config.batch_size))
 
-  train.prepare_workdir(config, workdir)
+  loop.prepare_workdir(config, workdir)
   model = qa_model.QuestionAnswerer(start.model, config.head, task.v2 and config.head == 'electra',
                                     config.beam_size, dtype=DTYPES[config.dtype],
                                     attention=config.attention)
-  compiled = train.compile_for(config, model, start.model.num_layers,
-                               functools.partial(qa_model.loss_fn, model=model),
-                               functools.partial(qa_model.predict_fn, model=model), total_steps)
+  compiled = loop.compile_for(config, model, start.model.num_layers,
+                              functools.partial(qa_model.loss_fn, model=model),
+                              functools.partial(qa_model.predict_fn, model=model), total_steps)
   train_inputs = jax.device_put(train_windows.training_inputs(), compiled.replicated)
   schedule = optim.learning_rate_schedule(config, total_steps)
   logging.info('%s from %s: %d training questions in %d windows (%d left out: no sub-token in '
@@ -127,16 +127,16 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   gold = {q.qid: [a.text for a in q.answers] for q in dev_set.questions}
 
   def run_seed(seed, log):
-    params = train.train_seed(config, seed, start, model, compiled, train_inputs, total_steps,
-                              schedule, log, workdir)
-    outputs = train.predict(compiled.predict, params, dev_windows.model_inputs(),
-                            config.eval_batch_size, compiled.batch_sharding)
+    params = loop.train_seed(config, seed, start, model, compiled, train_inputs, total_steps,
+                             schedule, log, workdir)
+    outputs = loop.predict(compiled.predict, params, dev_windows.model_inputs(),
+                           config.eval_batch_size, compiled.batch_sharding)
     found = squad_predict.answers(dev_set, dev_windows, dev_contexts, outputs, config.head,
                                   task.v2, config.n_best_size, config.max_answer_length)
     return ({'dev': score(task, gold, found, config.na_threshold)},
             output_files(task, found, config.na_threshold))
 
-  return train.run_and_write_seeds(
+  return loop.run_and_write_seeds(
       config, workdir, start, compiled, total_steps, run_seed, ('dev', 'f1'),
       {'train_questions': len(train_set.questions), 'train_questions_left_out': dropped,
        'train_windows': len(train_windows.input_ids), 'dev_questions': len(dev_set.questions),

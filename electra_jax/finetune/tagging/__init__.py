@@ -1,1 +1,1 @@
-"""Token tagging (CoNLL-2000 chunking): data, span F1, the runner."""
+"""Token tagging (CoNLL-2000 chunking): data, the tagger, span F1, the runner."""

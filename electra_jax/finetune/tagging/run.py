@@ -1,10 +1,11 @@
-"""Fine-tuning on CoNLL-2000 chunking, for several seeds: files -> features -> GLUE's loop -> F1.
+"""Fine-tuning on CoNLL-2000 chunking, for several seeds: files -> features -> the loop -> F1.
 
-The loop is GLUE's (train.py). The loss is the original's: per sentence, the sum over its words
-of the cross-entropy of the word's first sub-token, averaged over the batch. Per seed, the
-evaluation file's predicted tags (BIO) are scored by conlleval's rules (chunk_metrics); DIR gets
-predictions.txt in conlleval's input format (`WORD GOLD PREDICTED`, `conlleval < predictions.txt`
-gives the same F1) per seed in seed_<n>/ and for the median seed (by F1) in DIR itself.
+The loop is finetune/loop.py's, the network tagging/model.py's Tagger. The loss is the
+original's: per sentence, the sum over its words of the cross-entropy of the word's first
+sub-token, averaged over the batch. Per seed, the evaluation file's predicted tags (BIO) are
+scored by conlleval's rules (tagging/metrics.py); DIR gets predictions.txt in conlleval's input
+format (`WORD GOLD PREDICTED`, `conlleval < predictions.txt` gives the same F1) per seed in
+seed_<n>/ and for the median seed (by F1) in DIR itself.
 """
 
 import dataclasses
@@ -19,9 +20,9 @@ import optax
 
 from electra_jax.common import run_lock
 from electra_jax.common.errors import UsageError
+from electra_jax.finetune import cpu_threefry, init, loop, optim, settings
 from electra_jax.finetune.tagging import data as chunk_data, metrics as chunk_metrics
-from electra_jax.finetune import cpu_threefry, init, optim
-from electra_jax.finetune import model as model_lib, settings, loop as train
+from electra_jax.finetune.tagging.model import Tagger
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,11 +75,11 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   eval_features = build(eval_set, chunk_data.encoded(eval_set.tags, config.tag_encoding))
   total_steps = max(1, int(len(train_set.words) * config.num_epochs / config.batch_size))
 
-  train.prepare_workdir(config, workdir)
-  model = model_lib.Tagger(start.model, len(labels), train.DTYPES[config.dtype], config.attention)
-  compiled = train.compile_for(config, model, start.model.num_layers,
-                               functools.partial(loss_fn, model=model),
-                               functools.partial(predict_fn, model=model), total_steps)
+  loop.prepare_workdir(config, workdir)
+  model = Tagger(start.model, len(labels), loop.DTYPES[config.dtype], config.attention)
+  compiled = loop.compile_for(config, model, start.model.num_layers,
+                              functools.partial(loss_fn, model=model),
+                              functools.partial(predict_fn, model=model), total_steps)
   train_inputs = jax.device_put(train_features.training_inputs(), compiled.replicated)
   schedule = optim.learning_rate_schedule(config, total_steps)
   logging.info('chunk from %s: %d training sentences, %d labels (%s), %d steps of %d, lr %g, '
@@ -87,15 +88,15 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
                config.layer_decay, config.seeds)
 
   def run_seed(seed, log):
-    params = train.train_seed(config, seed, start, model, compiled, train_inputs, total_steps,
-                              schedule, log, workdir)
-    predicted = train.predict(compiled.predict, params, eval_features.model_inputs(),
-                              config.eval_batch_size, compiled.batch_sharding)
+    params = loop.train_seed(config, seed, start, model, compiled, train_inputs, total_steps,
+                             schedule, log, workdir)
+    predicted = loop.predict(compiled.predict, params, eval_features.model_inputs(),
+                             config.eval_batch_size, compiled.batch_sharding)
     tags = chunk_data.predicted_tags(eval_features, predicted, labels, config.tag_encoding)
     return ({'eval': chunk_metrics.conlleval(eval_set.tags, tags)},
             {'predictions.txt': chunk_data.conlleval_text(eval_set, tags)})
 
-  return train.run_and_write_seeds(
+  return loop.run_and_write_seeds(
       config, workdir, start, compiled, total_steps, run_seed, ('eval', 'f1'),
       {'train_sentences': len(train_set.words), 'eval_sentences': len(eval_set.words)},
       train_file=train_set.path, eval_file=eval_set.path, labels=list(labels))
