@@ -55,4 +55,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=cli.flags_parser(USAGE))
+  app.run(main, flags_parser=cli.flags_parser(USAGE, writes=('out',)))  # --workdir is read

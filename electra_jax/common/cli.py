@@ -13,15 +13,24 @@ def fail(message: str):
   sys.exit(f'electra_jax: error: {message}')
 
 
-def flags_parser(usage: str):
-  """An absl flags_parser that reports flag and config mistakes in one line plus the usage."""
+def flags_parser(usage: str, writes=('workdir', 'out')):
+  """An absl flags_parser that reports flag and config mistakes in one line plus the usage.
+
+  The flags named in `writes` (those of them the command defines) are directories it writes:
+  each must be one it can write in or make (storage.check_writable_dir).
+  """
   def parse(argv):
     config_path = next((a.split('=', 1)[1] for a in argv if a.startswith('--config=')), None)
     try:
       if config_path:
         from electra_jax.common import config as config_lib  # pylint: disable=g-import-not-at-top
         config_lib.check_overrides(argv, config_path)
-      return flags.FLAGS(argv)
+      rest = flags.FLAGS(argv)
+      from electra_jax.common import storage  # pylint: disable=g-import-not-at-top  (fast --help)
+      for name in writes:
+        if name in flags.FLAGS:
+          storage.check_writable_dir(flags.FLAGS[name].value, f'--{name}')
+      return rest
     except UsageError as e:
       fail(str(e))
     except flags.Error as e:

@@ -13,6 +13,7 @@ sentencepiece loads) lives in data.local_dir; see training/batches.py, local_dir
 import importlib.util
 import os
 import shutil
+import tempfile
 
 from etils import epath
 
@@ -64,6 +65,33 @@ def is_file(path: str) -> bool:
 
 def is_dir(path: str) -> bool:
   return epath.Path(path).is_dir() if is_uri(path) else os.path.isdir(path)
+
+
+def check_writable_dir(path: str, setting: str):
+  """Raises UsageError unless `path` is a directory this process can write in, or can be made one.
+
+  Checked before a command starts, so that a path that is a file, lies under one or cannot be
+  written (/proc/x) ends in one line rather than in the first write, possibly hours in. A URI
+  is left to check_uri and the object store.
+  """
+  if not path or is_uri(path):
+    return
+  full = os.path.abspath(path)
+  existing = full
+  while not os.path.lexists(existing):
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    what = 'a file' if os.path.isfile(existing) else 'no directory'
+    where = (f'is {what}, not a directory' if existing == full
+             else f'lies under {existing}, which is {what}, not a directory')
+    raise UsageError(f'{setting}={path} {where}; pass a directory (one that does not exist yet '
+                     'is made)')
+  try:  # the only sure test: os.access says yes to root, and /proc refuses even root
+    os.rmdir(tempfile.mkdtemp(prefix='.electra_jax-write-check-', dir=existing))
+  except OSError as e:
+    place = 'in it' if existing == full else f'in {existing}'
+    raise UsageError(f'{setting}={path} cannot be written: making a directory {place} fails '
+                     f'({e.strerror}); pass a directory you can write to') from None
 
 
 def makedirs(path: str):

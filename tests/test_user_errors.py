@@ -1,0 +1,83 @@
+"""A new user's mistakes, each made for real with a command: every one ends in one
+`electra_jax: error:` line that names the cause and the fix, and writes nothing."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, SHARED_DATA, WIKITEXT, error_line
+
+
+def env(**changes):
+  environment = {**os.environ, 'JAX_PLATFORMS': 'cpu', 'JAX_NUM_CPU_DEVICES': '1', **changes}
+  return {k: v for k, v in environment.items() if v is not None}
+
+
+def command(*args, cwd=REPO, **environment):
+  return subprocess.run([sys.executable, *args], env=env(**environment), cwd=cwd,
+                        capture_output=True, text=True, timeout=300)
+
+
+TINY = f'--config={REPO / "configs" / "tiny.py"}'
+TRAIN_FILES = f'--config.data.train_files={WIKITEXT / "wiki.valid.raw"}'
+
+
+@pytest.fixture(scope='module')
+def inputs(tmp_path_factory, wikitext):
+  """What the commands read, real so that each gets as far as it would: a transformers directory
+  (a random tiny ELECTRA as export writes it) and a run imported from it (a checkpoint at 0)."""
+  # pylint: disable=g-import-not-at-top
+  import jax
+  from electra_jax.common import config as config_lib
+  from electra_jax.data import vocab as vocab_lib
+  from electra_jax.hf import exporting
+  from electra_jax.model.networks import Electra, init_params
+  root = tmp_path_factory.mktemp('inputs')
+  model = config_lib.default_config().model
+  model.update(vocab_size=1000, embedding_size=32, hidden_size=64, num_layers=1, num_heads=2,
+               intermediate_size=128, max_position_embeddings=128)
+  vocab = vocab_lib.train_vocab([str(wikitext / 'wiki.valid.raw')], 1000, str(root / 'vocab'))
+  params = jax.device_get(init_params(Electra(model), jax.random.PRNGKey(0), 8))
+  exporting.export_params(params, model, vocab, str(root / 'hf'))
+  imported = command('-m', 'electra_jax.import_hf', TINY, f'--hf_dir={root / "hf"}',
+                     f'--workdir={root / "run"}')
+  assert imported.returncode == 0, imported.stderr[-3000:]
+  return root
+
+
+# Every command that writes a directory, with that directory's flag last.
+WRITERS = {
+    'main': lambda inputs: ['-m', 'electra_jax.main', TINY, TRAIN_FILES, '--workdir'],
+    'prepare': lambda inputs: ['-m', 'electra_jax.prepare', TINY, TRAIN_FILES, '--out'],
+    'export': lambda inputs: ['-m', 'electra_jax.export', f'--workdir={inputs / "run"}', '--out'],
+    'import_hf': lambda inputs: ['-m', 'electra_jax.import_hf', TINY,
+                                 f'--hf_dir={inputs / "hf"}', '--workdir'],
+    'finetune': lambda inputs: [
+        '-m', 'electra_jax.finetune', f'--config={REPO / "configs" / "finetune" / "glue.py"}',
+        '--config.task=SST-2', f'--config.data_dir={SHARED_DATA / "glue"}',
+        f'--config.init_from={inputs / "run"}', '--workdir'],
+}
+
+
+@pytest.mark.parametrize('name', WRITERS)
+def test_a_directory_flag_that_is_a_file_or_cannot_be_written_is_refused_in_one_line(
+    name, inputs, tmp_path):
+  file = tmp_path / 'a_file'
+  file.write_text('not a directory\n')
+  *args, flag = WRITERS[name](inputs)
+  for path, message in (
+      (file, re.escape(f'{flag}={file} is a file, not a directory; pass a directory (one that '
+                       'does not exist yet is made)')),
+      (file / 'run', re.escape(f'{flag}={file}/run lies under {file}, which is a file, not a '
+                               'directory; pass a directory (one that does not exist yet is '
+                               'made)')),
+      # The reason is the kernel's: no such file for root, permission denied for others.
+      ('/proc/electra_jax_run', f'{flag}=/proc/electra_jax_run cannot be written: making a '
+                                r'directory in /proc fails \([^)]+\); pass a directory you can '
+                                'write to')):
+    result = command(*args, f'{flag}={path}')
+    assert re.fullmatch(f'electra_jax: error: {message}', error_line(result)), name
+  assert file.read_text() == 'not a directory\n' and sorted(os.listdir(tmp_path)) == ['a_file']
