@@ -513,48 +513,6 @@ def test_reinit_draws_the_named_parts_as_random_init_does_and_keeps_the_rest(fil
     init.with_reinit(random_start, 'embeddings')
 
 
-def test_word_table_replaces_the_rows_it_gives_and_nothing_else(files, pretraining_run, tmp_path):
-  """config.word_table: its nonzero rows replace the word table of a random or pretrained start,
-  its zero rows (specials, pieces never counted) keep the start's own; one error for a file
-  that does not fit."""
-  workdir, pretrained = pretraining_run
-  config = finetune_config(task='mrpc', init_from=str(workdir), data_dir=str(files[1]))
-  start = init.load_start(config)
-  model = glue_model.Classifier(start.model, 2)
-  random_start = init.Start(start.model, start.vocab, None, 'random')
-  shape = (start.model.vocab_size, start.model.embedding_size)
-  table = np.random.default_rng(0).normal(0, 0.02, shape).astype(np.float32)
-  table[:5] = 0
-  table[9] = 0
-  path = tmp_path / 'table.npy'
-  np.save(path, table)
-  for base in (random_start, start):
-    own = init.initial_params(model, base, 5, 32)
-    given = init.initial_params(model, init.with_word_table(base, str(path)), 5, 32)
-    words = given['embeddings']['word_embeddings']['embedding']
-    kept = own['embeddings']['word_embeddings']['embedding']
-    np.testing.assert_array_equal(words[5:9], table[5:9])
-    np.testing.assert_array_equal(words[10:], table[10:])
-    np.testing.assert_array_equal(words[:5], kept[:5])
-    np.testing.assert_array_equal(words[9], kept[9])
-    rest = lambda p: [leaf for path_, leaf in jax.tree_util.tree_flatten_with_path(p)[0]
-                      if 'word_embeddings' not in str(path_)]
-    for ours, theirs in zip(rest(given), rest(own)):
-      np.testing.assert_array_equal(ours, theirs)
-  assert init.with_word_table(start, str(path)).description.endswith(f'word table from {path}')
-  assert init.with_word_table(start, '') is start
-  np.save(tmp_path / 'narrow.npy', table[:, :-1])
-  with pytest.raises(UsageError, match=r'shape \[%d, %d\], but this model.s word table is '
-                                       r'float \[%d, %d\]' % (shape[0], shape[1] - 1, *shape)):
-    init.with_word_table(start, str(tmp_path / 'narrow.npy'))
-  table[7, 3] = np.nan
-  np.save(path, table)
-  with pytest.raises(UsageError, match='NaN or infinite'):
-    init.with_word_table(start, str(path))
-  with pytest.raises(UsageError, match='cannot be read as a .npy array'):
-    init.with_word_table(start, str(tmp_path / 'missing.npy'))
-
-
 def test_dropout_replaces_the_starts_rates_and_reaches_the_encoder(files, pretraining_run):
   """config.dropout sets the encoder's hidden and attention dropout whatever the start ran with
   (-1 keeps them): with every rate at 0, training mode no longer depends on its dropout key."""
@@ -756,6 +714,8 @@ def test_hugging_face_directory_fine_tunes_from_the_command_line(files, tmp_path
     (['--config.task=MRPC', '--config.data_dir=DIR', '--config.vocab=VOCAB'],
      "has no column '#1 String'"),
     (['--config.taks=MRPC'], "unknown config field 'config.taks'"),
+    (['--config.word_table=t.npy'], 'it moved to the transfer study\'s command python -m '
+     'research.transfer_study.word_table --table=PATH'),
 ])
 def test_command_line_errors_are_one_line(files, tmp_path, args, message):
   root, _, vocab_size = files

@@ -22,7 +22,6 @@ def get_config():
   c.init_step = 0              # with a pretraining workdir: the checkpoint of this step; 0 = latest
   # Encoder parts drawn afresh for each seed, e.g. 'embeddings,layer_1' (layer_0: bottom); '' = none
   c.reinit = ''
-  c.word_table = ''            # a .npy table whose nonzero rows replace the word table's; '' = none
   c.seeds = '0'                # comma-separated seeds; each is reported, and the median
   c.size = 'auto'              # 'small', 'base' or 'large' recipe; 'auto' = from hidden_size
 

@@ -112,6 +112,14 @@ def load_config_file(path: str) -> ml_collections.ConfigDict:
   return module.get_config()
 
 
+# Fields a config no longer has, and where the setting went: a command scripted with one fails
+# naming its new place.
+RETIRED_FIELDS = {
+    'word_table': "the transfer study's command python -m research.transfer_study.word_table "
+                  '--table=PATH (the same flags otherwise)',
+}
+
+
 def check_overrides(argv, config_path: str):
   """Raises UsageError for a `--config.a.b=...` argument naming a field the config lacks.
 
@@ -126,6 +134,9 @@ def check_overrides(argv, config_path: str):
     node = config
     for depth, key in enumerate(path):
       if not isinstance(node, ml_collections.ConfigDict) or key not in node:
+        if depth == 0 and key in RETIRED_FIELDS:
+          raise UsageError(f"config.{key} is no longer a field of {config_path}; it moved to "
+                           f'{RETIRED_FIELDS[key]}')
         known = list(node.keys()) if isinstance(node, ml_collections.ConfigDict) else []
         close = difflib.get_close_matches(key, known, n=1)
         where = '.'.join(['config'] + path[:depth])

@@ -35,7 +35,6 @@ class Start(NamedTuple):
   params: dict[str, Any] | None      # ENCODER subtrees (numpy); None = random initialisation
   description: str                   # for logs and results.json
   reinit: tuple[str, ...] = ()       # parts of the pretrained encoder drawn afresh (with_reinit)
-  word_table: np.ndarray | None = None  # [vocab, E] replacing the word table (with_word_table)
   step: int | None = None            # the pretraining run's checkpoint it holds; None otherwise
 
 
@@ -149,50 +148,17 @@ def with_reinit(start: Start, reinit: str) -> Start:
                         description=f'{start.description}, {", ".join(parts)} drawn afresh')
 
 
-def with_word_table(start: Start, path: str) -> Start:
-  """`start` with its word table's rows taken from the [vocab_size, embedding_size] array in the
-  .npy file `path`, except the table's all-zero rows, which keep the start's own (drawn, or
-  pretrained). A table made elsewhere, e.g. by benchmarks/count_vectors.py from the pretraining
-  corpus's co-occurrence counts (it writes zero rows for the special pieces and for pieces the
-  corpus never holds), so that what word-level knowledge alone brings a task is a measurement."""
-  if not path:
-    return start
-  try:
-    table = np.load(path, allow_pickle=False)
-  except (OSError, ValueError) as e:
-    raise UsageError(f'config.word_table={path!r} cannot be read as a .npy array ({e}); pass a '
-                     'file np.save wrote, such as benchmarks/count_vectors.py\'s table.npy') from e
-  model = start.model
-  wanted = (model.vocab_size, model.embedding_size)
-  if table.shape != wanted or not np.issubdtype(table.dtype, np.floating):
-    raise UsageError(f'config.word_table={path!r} holds a {table.dtype} array of shape '
-                     f'{list(table.shape)}, but this model\'s word table is float {list(wanted)} '
-                     '(vocab_size, embedding_size); make the table from the vocabulary and '
-                     'embedding size of the start you fine-tune')
-  if not np.isfinite(table).all():
-    raise UsageError(f'config.word_table={path!r} holds NaN or infinite values; make it again')
-  return start._replace(word_table=table.astype(np.float32),
-                        description=f'{start.description}, word table from {path}')
-
-
 def initial_params(model: Any, start: Start, seed: int,
                    max_seq_length: int) -> dict[str, Any]:
   """A fresh head (and, for random init, encoder) from `seed`, with the pretrained encoder.
 
   The parts in start.reinit (with_reinit) keep their fresh draw from `seed` instead of the
   pretrained values: which part of pretraining a task gains from, or loses by, is then a
-  measurement (and re-drawing the top layers is a fine-tuning method of its own). A
-  start.word_table (with_word_table) then replaces the word table's rows it gives."""
+  measurement (and re-drawing the top layers is a fine-tuning method of its own)."""
   params = jax.device_get(model_lib.init_params(model, jax.random.PRNGKey(seed),
                                                 max_seq_length))
   if start.params is not None:
     params = _with_pretrained(params, start)
-  if start.word_table is not None:
-    words = params['embeddings']['word_embeddings']
-    given = np.any(start.word_table != 0, axis=1, keepdims=True)
-    table = np.where(given, start.word_table, np.asarray(words['embedding']))
-    params['embeddings'] = {**params['embeddings'],
-                            'word_embeddings': {**words, 'embedding': table}}
   return params
 
 

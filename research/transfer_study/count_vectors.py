@@ -20,7 +20,7 @@ text did not hold it, or pretraining did not find it. The script answers with tw
     pretrained word table (the discriminator's view), all on the corpus's vocabulary;
   * fine-tuning: OUT/table.npy, the full corpus's count table at the word table's initial scale
     (rows centred, RMS 0.02; zero rows for the special pieces and for pieces never counted), is
-    what `python -m electra_jax.finetune --config.word_table=OUT/table.npy` puts in place of
+    what `python -m research.transfer_study.word_table --table=OUT/table.npy` puts in place of
     the drawn word table, and OUT/shuffled_table.npy the same rows dealt to other pieces (same
     scale and spectrum, no word knowledge): the control.
 Prints each probe and writes OUT/probes.json.

@@ -100,7 +100,6 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   task = tasks.get_task(config.task)
   settings.parse_seeds(config.seeds)
   start = init.with_reinit(init.load_start(config), config.get('reinit', ''))
-  start = init.with_word_table(start, config.get('word_table', ''))
   config = resolve(config, task, start.model, jax.device_count(), start.step)
   data = glue_data.load(task, config.data_dir, config.tfds_name, config.tfds_data_dir,
                         config.predict_test)

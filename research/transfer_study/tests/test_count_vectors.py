@@ -1,6 +1,6 @@
 """count_vectors.py: its counts against a loop over every pair, its PPMI against the
 formula in float64, its table's shape of meaning on a planted corpus, and the command end to end
-on real text (the table it writes is what finetune's config.word_table reads: test_finetune)."""
+on real text (the table it writes is what word_table.py reads: test_word_table)."""
 
 import json
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import SHARED_DATA, load_config, real_file
-from research.transfer_study import count_vectors
+from research.transfer_study import count_vectors, word_table
 
 SPECIALS = [0, 1, 2, 3, 4]
 
@@ -84,7 +84,6 @@ def test_count_table_puts_pieces_of_the_same_contexts_together():
 def test_the_command_probes_and_writes_a_table_fine_tuning_reads(tmp_path, wikitext):
   # pylint: disable=g-import-not-at-top
   from electra_jax.data import prepared_dir
-  from electra_jax.finetune import init
   real_file(SHARED_DATA / 'glue' / 'SST-2' / 'dev.tsv')
   config = load_config('tiny')
   config.max_seq_length = 32
@@ -104,8 +103,7 @@ def test_the_command_probes_and_writes_a_table_fine_tuning_reads(tmp_path, wikit
   assert table.shape == (1000, 16) and not table[:5].any()
   model = config.model.copy_and_resolve_references()
   model.embedding_size = 16
-  start = init.with_word_table(init.Start(model, None, None, 'random'), str(out / 'table.npy'))
-  np.testing.assert_array_equal(start.word_table, table)
+  np.testing.assert_array_equal(word_table.load_table(str(out / 'table.npy'), model), table)
   with pytest.raises(count_vectors.UsageError, match=r'--dim=1000: .* in \[1, 1000\)'):
     count_vectors.main([f'--data={tmp_path / "data"}', f'--out={out}', '--dim=1000'])
   with pytest.raises(count_vectors.UsageError, match='holds no vocab.model or vocab.txt'):
