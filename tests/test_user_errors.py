@@ -81,3 +81,46 @@ def test_a_directory_flag_that_is_a_file_or_cannot_be_written_is_refused_in_one_
     result = command(*args, f'{flag}={path}')
     assert re.fullmatch(f'electra_jax: error: {message}', error_line(result)), name
   assert file.read_text() == 'not a directory\n' and sorted(os.listdir(tmp_path)) == ['a_file']
+
+
+@pytest.mark.parametrize('steps', [0, -5])
+def test_a_run_of_no_steps_is_refused_rather_than_done(steps, tmp_path):
+  """num_train_steps 0 or -5 exited 0 having trained nothing, as if the run were done."""
+  workdir = tmp_path / 'run'
+  result = command('-m', 'electra_jax.main', TINY, TRAIN_FILES, f'--workdir={workdir}',
+                   f'--config.num_train_steps={steps}')
+  assert error_line(result) == (f'electra_jax: error: config.num_train_steps={steps}: use a value '
+                                'in [1, inf)')
+  assert not workdir.exists()
+
+
+def test_every_count_and_size_must_be_positive_and_is_refused_before_other_checks():
+  """Before the checks that divide by them (hidden_size % num_heads), each in one line."""
+  # pylint: disable=g-import-not-at-top
+  from electra_jax.common import bounds, config as config_lib
+  from electra_jax.common.errors import UsageError
+  from electra_jax.training import validation
+  config = config_lib.default_config()
+  config.data.train_files = 'x.txt'
+  for name, interval in bounds.PRETRAINING_COUNTS.items():
+    low = 0 if interval.startswith('[0') else 1
+    edge = config.copy_and_resolve_references()
+    edge.update_from_flattened_dict({name: low if interval[0] == '[' else 0.5})
+    bounds.check(edge, bounds.PRETRAINING_COUNTS)  # the edge itself is allowed
+    for value in (low - 1, -5) if interval[0] == '[' else (0.0, -5.0):
+      refused = config.copy_and_resolve_references()
+      refused.update_from_flattened_dict({name: value})
+      with pytest.raises(UsageError, match=rf'^config\.{name}={value}: use a value in '
+                                           rf'{re.escape(interval)}$'):
+        validation.validate(refused, 1)
+
+
+def test_fine_tuning_refuses_a_count_of_zero_in_one_line(inputs, tmp_path):
+  workdir = tmp_path / 'finetuned'
+  result = command('-m', 'electra_jax.finetune',
+                   f'--config={REPO / "configs" / "finetune" / "glue.py"}', '--config.task=MRPC',
+                   f'--config.data_dir={SHARED_DATA / "glue"}',
+                   f'--config.init_from={inputs / "run"}', '--config.log_every=0',
+                   f'--workdir={workdir}')
+  assert error_line(result) == 'electra_jax: error: config.log_every=0: use a value in [1, inf)'
+  assert not workdir.exists()

@@ -17,9 +17,30 @@ PRETRAINING = {'learning_rate': '(0, inf)', 'warmup_steps': '[0, inf)', 'mask_pr
                'embedding_weight_decay': '[0, inf)', 'gen_weight': '[0, inf)',
                'disc_weight': '[0, inf)', 'stall_check_after': '[0, inf)',
                'model.dropout_rate': '[0, 1)', 'model.attention_dropout_rate': '[0, 1)'}
+# Pretraining's counts and sizes: a 0 or a negative number of steps trains nothing and exits as
+# if done; a 0 width fails deep in the model, or divides by zero.
+PRETRAINING_COUNTS = {
+    **{name: '[1, inf)' for name in (
+        'num_train_steps', 'batch_size', 'max_seq_length', 'grad_accum_steps', 'log_every',
+        'save_every', 'eval_steps', 'keep_checkpoints', 'max_consecutive_skips',
+        'data.vocab_sample_sentences', 'model.vocab_size', 'model.embedding_size',
+        'model.hidden_size', 'model.num_layers', 'model.num_heads', 'model.intermediate_size',
+        'model.max_position_embeddings', 'model.type_vocab_size')},
+    # 0 means something here: no evaluation, one worker per core, no prefetching.
+    **{name: '[0, inf)' for name in ('eval_every', 'data.prepare_workers',
+                                     'data.prefetch_batches')},
+    'model.generator_hidden_size': '(0, inf)', 'model.generator_layers': '(0, inf)',
+}
 # Fine-tuning's others, as resolved (a 0 taking the recipe's value); head_dropout is GLUE's only.
 FINE_TUNING = {'learning_rate': '(0, inf)', 'num_epochs': '(0, inf)', 'layer_decay': '(0, 1]',
-               'warmup_proportion': '[0, 1]', 'head_dropout': '[0, 1)'}
+               'warmup_proportion': '[0, 1]', 'head_dropout': '[0, 1)',
+               # Counts and sizes (batch sizes are checked against the devices); SQuAD's, chunking's.
+               **{name: '[1, inf)' for name in (
+                   'max_seq_length', 'log_every', 'max_consecutive_skips', 'max_query_length',
+                   'doc_stride', 'beam_size', 'n_best_size', 'max_answer_length')},
+               **{name: '[0, inf)' for name in (  # 0: at the end only, or no limit
+                   'save_every', 'max_train_examples', 'train_articles', 'dev_articles',
+                   'max_train_sentences')}}
 
 
 def within(value: float, interval: str) -> bool:

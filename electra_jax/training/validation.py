@@ -52,6 +52,7 @@ def check_temperatures(config: ml_collections.ConfigDict):
 
 
 def validate(config: ml_collections.ConfigDict, num_devices: int):
+  bounds.check(config, bounds.PRETRAINING_COUNTS)  # first: the checks below divide by them
   m = config.model
   if config.objective not in objective.OBJECTIVES:
     raise UsageError(f'config.objective={config.objective!r}: use one of '
@@ -119,8 +120,5 @@ def validate(config: ml_collections.ConfigDict, num_devices: int):
   if sum(map(bool, (data.train_files, data.sources, data.prepared_dir))) > 1:
     raise UsageError('set only one of config.data.train_files, data.sources and '
                      'data.prepared_dir: they all name the training data')
-  for name in ('log_every', 'save_every'):
-    if config[name] <= 0:
-      raise UsageError(f'config.{name} must be a positive number of steps')
   bounds.check(config, {**bounds.OPTIMIZER, **bounds.PRETRAINING})
   nonfinite.validate(config)
