@@ -124,3 +124,21 @@ def test_fine_tuning_refuses_a_count_of_zero_in_one_line(inputs, tmp_path):
                    f'--workdir={workdir}')
   assert error_line(result) == 'electra_jax: error: config.log_every=0: use a value in [1, inf)'
   assert not workdir.exists()
+
+
+def test_a_relative_config_path_outside_the_repo_names_where_it_looked_and_the_configs(tmp_path):
+  result = command('-m', 'electra_jax.main', '--config=configs/tiny.py',
+                   f'--workdir={tmp_path / "run"}', cwd=tmp_path)
+  assert error_line(result) == (
+      f"electra_jax: error: config file 'configs/tiny.py' does not exist in {tmp_path} (the "
+      'current directory, where a relative path starts); the packaged configs are in '
+      f'{REPO / "configs"}: pass --config={REPO / "configs" / "tiny.py"}')
+  # pylint: disable=g-import-not-at-top
+  from electra_jax.common import config as config_lib
+  assert config_lib.missing_config_file('/nowhere/mine.py').endswith(
+      f'the packaged configs are in {REPO / "configs"}: e.g. '
+      f'--config={REPO / "configs" / "tiny.py"}')
+  # Installed without the repository (a wheel), there is no configs/ to point at.
+  assert config_lib.missing_config_file('/nowhere/tiny.py', str(tmp_path / 'none')) == (
+      "config file '/nowhere/tiny.py' does not exist; pass the path of a config file, e.g. the "
+      "repository's configs/tiny.py")

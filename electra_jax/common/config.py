@@ -101,11 +101,33 @@ def default_config() -> ml_collections.ConfigDict:
   return c
 
 
+# The repository's configs/, beside the package when it runs from a checkout (pip install -e).
+PACKAGED_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), 'configs')
+
+
+def missing_config_file(filename: str, packaged: str = PACKAGED_CONFIGS) -> str:
+  """Why `filename` was not found, and where the packaged configs are, for the error line."""
+  where = (f' in {os.getcwd()} (the current directory, where a relative path starts)'
+           if not os.path.isabs(filename) else '')
+  if not os.path.isdir(packaged):
+    return (f"config file '{filename}' does not exist{where}; pass the path of a config file, "
+            "e.g. the repository's configs/tiny.py")
+  relative = filename.removeprefix('configs' + os.sep) if not os.path.isabs(filename) else ''
+  candidates = [os.path.join(packaged, name) for name in (relative, os.path.basename(filename))
+                if name]
+  found = next((c for c in candidates if os.path.isfile(c)), None)
+  fix = (f'pass --config={found}' if found else
+         f"e.g. --config={os.path.join(packaged, 'tiny.py')}")
+  return (f"config file '{filename}' does not exist{where}; the packaged configs are in "
+          f'{packaged}: {fix}')
+
+
 def load_config_file(path: str) -> ml_collections.ConfigDict:
   """Runs a config file's get_config() (the part of PATH before any ':' is the file)."""
   filename = path.split(':')[0]
   if not os.path.isfile(filename):
-    raise UsageError(f"config file '{filename}' does not exist; pass e.g. --config=configs/tiny.py")
+    raise UsageError(missing_config_file(filename))
   spec = importlib.util.spec_from_file_location('electra_jax_run_config', filename)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
