@@ -80,6 +80,32 @@ def test_collectives_are_parsed_from_hlo_text():
   assert found[0]['source'] == 'jit(f)/transpose(jvp(x))/dot'
 
 
+def test_pallas_kernels_flops_come_from_their_shapes_unless_xla_had_an_estimate():
+  q = 'bf16[4,2,128,64]{3,2,1,0}'
+  hlo = '\n'.join([
+      'ENTRY %main {',
+      f'  %q = {q} parameter(0)',
+      '  %seg = s32[4,128,128]{2,1,0} parameter(1)',
+      '  %info = s8[2,1,1]{2,1,0} constant({...})',
+      f'  %splash_mha_fwd_segmented_residuals.1 = ({q}, f32[4,2,128,128]{{3,2,1,0}}) '
+      'custom-call(%info, %q, %q, %q, %seg), custom_call_target="tpu_custom_call", '
+      'backend_config={"custom_call_config":{"body":"..."}}',
+      f'  %splash_mha_dkv_segmented_no_residuals.1 = (bf16[4,1,2,128,64]{{4,3,2,1,0}}, {q}, {q}) '
+      'custom-call(%info, %q, %q, %q, %seg, %q), custom_call_target="tpu_custom_call"',
+      f'  %flash_attention.1 = {q} custom-call(%q, %q, %q), custom_call_target="tpu_custom_call", '
+      'backend_config={"custom_call_config":{"cost_estimate":{"flops":"1"}}}',
+      '}'])
+  kernels = compiled_program.pallas_kernels(hlo)
+  matmul = 2 * 4 * 2 * 128 * 128 * 64  # 2·(B·H)·Lq·Lk·D
+  assert kernels['count'] == 3
+  assert kernels['kernels']['splash_mha_fwd_segmented_residuals']['flops'] == 2 * matmul
+  assert kernels['kernels']['splash_mha_dkv_segmented_no_residuals']['flops'] == 5 * matmul
+  assert kernels['flops'] == 9 * matmul
+  assert kernels['flops_not_in_xla'] == 7 * matmul  # XLA took flash's forward from its estimate
+  q_bytes = 4 * 2 * 128 * 64 * 2
+  assert kernels['kernels']['flash_attention']['bytes'] == 4 * q_bytes  # Q, K, V read, O written
+
+
 @requires_libtpu
 def test_topology_compiles_stay_out_of_the_persistent_compilation_cache(tmp_path):
   """A TPU executable compiled here cannot be read back on this CPU host, so none is written.
@@ -144,6 +170,29 @@ def test_tiny_compiles_for_v4_8_and_reports_what_it_costs(tiny_on_v4_8):
   roofline = record['roofline']
   assert roofline['step_s_lower_bound'] == max(roofline['compute_s'], roofline['memory_s'])
   assert 0 < roofline['mfu_ceiling'] <= 1
+
+
+@requires_libtpu
+def test_pallas_attention_compiles_for_v4_8_and_the_roofline_counts_its_kernels():
+  """With attention dropout off, 'auto' compiles Pallas's splash attention for the TPU, mapped
+  over the chips' shards of the batch. XLA counts no FLOPs inside the kernels: the record counts
+  them from the shapes, 7 matmuls of L x L x D per head and sequence (2 forward, 5 in the fused
+  backward kernel), and the roofline adds them to XLA's."""
+  config = small_tiny()
+  config.model.attention_dropout_rate = 0.0
+  record = aot.compile_pretraining(config, 'v4-8', search_batch=False)
+  kernels = record['pallas_kernels']
+  assert kernels['count'] == 4  # a forward and a backward kernel per layer, in each network
+  per_chip, length = config.batch_size // 4, config.max_seq_length
+  # the discriminator's 2 heads of 64, the generator's (width 32) 1 head of 32
+  expected = sum(7 * 2 * per_chip * heads * length * length * head_dim
+                 for heads, head_dim in ((2, 64), (1, 32)))
+  assert kernels['flops'] == kernels['flops_not_in_xla'] == expected
+  flops = record['flops_per_chip']
+  assert flops['pallas_kernels_not_in_xla'] == expected
+  assert record['roofline']['compute_s'] == pytest.approx(
+      (flops['xla'] + expected) / record['chip']['peak_bf16_flops'])
+  assert kernels['bytes'] > 0 and record['bytes_per_chip']['fits']
 
 
 @requires_libtpu

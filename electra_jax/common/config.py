@@ -29,7 +29,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.dtype = 'float32'          # computation dtype: 'float32' or 'bfloat16' (parameters stay float32)
   c.grad_accum_steps = 1       # memory: each batch as this many micro-batches (gradients summed)
   c.remat = False              # memory: recompute each layer's activations in the backward pass
-  # Kernel without attention dropout: 'auto' (cuDNN on a GPU in bfloat16), 'xla', 'cudnn', 'einsum'.
+  # Kernel without attention dropout: 'auto' (TPU: 'pallas', GPU: 'cudnn'), 'xla', 'einsum'.
   c.attention = 'auto'
 
   # 'electra', 'mlm' (BERT's baseline) or an ablation: 'electra_15', 'replace_mlm', 'all_tokens_mlm'

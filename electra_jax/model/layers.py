@@ -8,6 +8,7 @@ Parameters are float32; `dtype` sets the computation dtype (float32 or bfloat16)
 LayerNorm statistics and the output logits stay in float32.
 """
 
+import contextlib
 from typing import Any
 
 import flax.linen as nn
@@ -72,38 +73,160 @@ class Embeddings(nn.Module):
                       preferred_element_type=jnp.float32)
 
 
-ATTENTION_IMPLEMENTATIONS = ('auto', 'xla', 'cudnn', 'einsum')
+ATTENTION_IMPLEMENTATIONS = ('auto', 'xla', 'cudnn', 'pallas', 'einsum')
+
+# Pallas's TPU splash attention tiles both sequence axes in blocks of a multiple of 128 (the
+# vector lanes) that divide the length; 512 is the largest block tried (base's length).
+PALLAS_BLOCK_UNIT = 128
+PALLAS_MAX_BLOCK = 512
+
+_compile_target = []  # the platform a compile is for, where it is not this host's (training/aot.py)
+_interpret = []  # set by `interpret_pallas`
 
 
-def attention_kernel(implementation: str, dtype, head_dim: int) -> str:
-  """What computes attention where its dropout is off: 'cudnn', 'xla' or 'einsum'.
+@contextlib.contextmanager
+def compiling_for(platform: str):
+  """'auto' chooses for `platform` inside this context: a TPU step compiled on a CPU host."""
+  _compile_target.append(platform)
+  try:
+    yield
+  finally:
+    _compile_target.pop()
 
-  'auto' is cuDNN's flash attention on a GPU where it applies (16-bit inputs, head sizes that
-  are multiples of 8 up to 128; Hopper allows 256, 128 is the bound on every GPU), and the einsum
-  path elsewhere: XLA's `dot_product_attention` lowers to the same operations there, and was no
-  faster on a CPU (docs/performance.md).
+
+@contextlib.contextmanager
+def interpret_pallas():
+  """Pallas kernels traced inside run in Pallas's interpret mode: on a CPU, as tests run them."""
+  _interpret.append(True)
+  try:
+    yield
+  finally:
+    _interpret.pop()
+
+
+def target_platform() -> str:
+  return _compile_target[-1] if _compile_target else jax.default_backend()
+
+
+def tracing_mesh():
+  """The mesh set for tracing (`jax.set_mesh`), or None: what a kernel is mapped over."""
+  mesh = jax.sharding.get_abstract_mesh()
+  return None if mesh.empty else mesh
+
+
+def pallas_misfit(seq_length: int | None) -> str | None:
+  """Why the Pallas kernel cannot run here at this sequence length, or None if it can."""
+  if seq_length is not None and seq_length % PALLAS_BLOCK_UNIT:
+    return (f'sequence length {seq_length} is not a multiple of {PALLAS_BLOCK_UNIT}, the '
+            "smallest block of the Pallas kernel; use attention='auto' (einsum there) or a "
+            'max_seq_length that is a multiple of 128')
+  # XLA cannot partition a Mosaic kernel: it runs per shard, under shard_map over the mesh.
+  if tracing_mesh() is None and (_compile_target or jax.device_count() > 1):
+    return ('the kernel runs per shard of the batch, and no mesh is set for tracing: trace the '
+            "step inside `with jax.set_mesh(mesh):`, or use attention='auto' (einsum there)")
+  return None
+
+
+def pallas_block(seq_length: int) -> int:
+  """One block per sequence up to 512 (the whole score matrix sits in VMEM), else the largest
+  multiple of 128 up to 512 that divides the length."""
+  return max(b for b in range(PALLAS_BLOCK_UNIT, PALLAS_MAX_BLOCK + 1, PALLAS_BLOCK_UNIT)
+             if seq_length % b == 0)
+
+
+def attention_kernel(implementation: str, dtype, head_dim: int,
+                     seq_length: int | None = None) -> str:
+  """What computes attention where its dropout is off: 'cudnn', 'pallas', 'xla' or 'einsum'.
+
+  'auto' is, by the platform compiled for (`target_platform`):
+  - TPU: Pallas's splash attention (`jax.experimental.pallas.ops.tpu.splash_attention`) where
+    the sequence length is a multiple of 128 (any head size, float32 or bfloat16) and the step
+    is traced on one device or under `jax.set_mesh` (the kernel is mapped over the batch's
+    shards; XLA cannot partition it), else einsum;
+  - GPU: cuDNN's flash attention where it applies (16-bit inputs, head sizes that are multiples
+    of 8 up to 128; Hopper allows 256, 128 is the bound on every GPU), else einsum;
+  - elsewhere einsum: XLA's `dot_product_attention` lowers to the same operations there, and was
+    no faster on a CPU (docs/performance.md).
+  An explicit 'pallas' where the kernel cannot run is refused (ValueError), not replaced.
   """
   if implementation not in ATTENTION_IMPLEMENTATIONS:
     raise ValueError(f'attention implementation {implementation!r}: use one of '
                      f'{ATTENTION_IMPLEMENTATIONS}')
+  if implementation == 'pallas' and (why := pallas_misfit(seq_length)):
+    raise ValueError(f"attention='pallas': {why}")
   if implementation != 'auto':
     return implementation
+  platform = target_platform()
+  if platform == 'tpu':
+    return 'einsum' if pallas_misfit(seq_length) else 'pallas'
   cudnn_fits = (jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
                 and head_dim % 8 == 0 and head_dim <= 128)
-  return 'cudnn' if jax.default_backend() == 'gpu' and cudnn_fits else 'einsum'
+  return 'cudnn' if platform == 'gpu' and cudnn_fits else 'einsum'
+
+
+def _splash(query, key, value, input_mask):
+  """Splash attention on [B, H, L, D]: the kernel is per sequence, mapped over the batch.
+
+  Chosen over the package's flash_attention kernel for its residuals: flash keeps the softmax's
+  max and sum as two [B, H, L, 128] float32 arrays and broadcasts its backward pass's row sums
+  to [B, H, L, block], so at L=128 its three kernels move 2.8x splash's two (docs/performance.md).
+  """
+  # pylint: disable=g-import-not-at-top
+  from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash
+  from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as masks
+  _, heads, seq_length, head_dim = query.shape
+  block = pallas_block(seq_length)
+  # One backward kernel makes dQ, dK and dV together: the scores are recomputed once, not twice.
+  sizes = splash.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block,
+                            block_q_dkv=block, block_kv_dkv=block, block_kv_dkv_compute=block,
+                            use_fused_bwd_kernel=True)
+  # No mask but the padding, which goes in as segment ids.
+  full = masks.MultiHeadMask([masks.FullMask((seq_length, seq_length))] * heads)
+  kernel = splash.make_splash_mha(full, block_sizes=sizes, head_shards=1, q_seq_shards=1,
+                                  interpret=bool(_interpret))
+  kv_segments = input_mask.astype(jnp.int32)
+  segments = splash.SegmentIds(q=jnp.ones_like(kv_segments), kv=kv_segments)
+  scale = jnp.asarray(float(head_dim) ** -0.5, query.dtype)  # the kernel takes Q pre-scaled
+  return jax.vmap(kernel)(query * scale, key, value, segments)
+
+
+def pallas_attention(query, key, value, input_mask):
+  """softmax(QKᵀ/√d + padding)V by Pallas's TPU splash attention; [B, L, H, D] in and out.
+
+  The padding goes in as segment ids: every query is in segment 1 and each key in its
+  `input_mask` value, so real keys (1) are attended and padding keys (0) get exactly zero weight,
+  by every query, padded ones included, as the einsum path's -10000 bias gives them. (A row with
+  no real key at all differs: uniform weights here, unmasked ones there; no loss reads it.)
+  """
+  heads_first = lambda t: jnp.swapaxes(t, 1, 2)  # the kernel's [B, H, L, D]
+
+  def attend(query, key, value, input_mask):
+    return heads_first(_splash(heads_first(query), heads_first(key), heads_first(value),
+                               input_mask))
+
+  mesh = tracing_mesh()
+  if mesh is None or mesh.size == 1:
+    return attend(query, key, value, input_mask)
+  # Each device attends within its own sequences: the batch axis is split over the whole mesh.
+  batch = jax.sharding.PartitionSpec(mesh.axis_names)
+  return jax.shard_map(attend, mesh=mesh, in_specs=(batch, batch, batch, batch),
+                       out_specs=batch, check_vma=False)(query, key, value, input_mask)
 
 
 class SelfAttention(nn.Module):
   """Multi-head self-attention over the tokens where `input_mask` is set.
 
-  Two paths compute the same function. The einsum path applies dropout to the attention
-  probabilities, as BERT and ELECTRA do in pretraining. The fused path,
-  `jax.nn.dot_product_attention`, has no such dropout, so it runs only where that dropout is
-  off (deterministic, or a rate of 0) and the two paths agree (to float rounding).
+  Several paths compute the same function. The einsum path applies dropout to the attention
+  probabilities, as BERT and ELECTRA do in pretraining. The fused paths (cuDNN's or XLA's
+  `jax.nn.dot_product_attention`, Pallas's TPU splash attention) have no such dropout, so they run
+  only where that dropout is off (deterministic, or a rate of 0) and the paths agree (to float
+  rounding).
 
   `implementation` picks the fused kernel (see `attention_kernel`); 'einsum' never fuses. The
   cuDNN kernel takes the padding as per-sequence lengths, so it assumes what the packer
-  guarantees: padding only at the end of a sequence.
+  guarantees: padding only at the end of a sequence. Pallas's takes it as segment ids (any
+  padding pattern). Neither takes a query-by-key mask: with one, cuDNN gives way to 'xla' and
+  Pallas to einsum.
   """
   num_heads: int
   attention_dropout_rate: float
@@ -119,13 +242,18 @@ class SelfAttention(nn.Module):
     split = lambda t: t.reshape(t.shape[:-1] + (self.num_heads, head_dim))
     dense = lambda name: nn.Dense(width, kernel_init=_init, dtype=self.dtype, name=name)
     query, key, value = (split(dense(n)(x)) for n in ('query', 'key', 'value'))
+    dropout_off = deterministic or self.attention_dropout_rate == 0.0
+    kernel = (attention_kernel(self.implementation, self.dtype, head_dim, x.shape[-2])
+              if dropout_off else None)
+    if kernel == 'cudnn' and input_mask.ndim == 3:
+      kernel = 'xla'  # the cuDNN call below takes padding as lengths, not a query-by-key mask
+    if kernel == 'pallas' and input_mask.ndim == 3:
+      kernel = 'einsum'  # segment ids cannot say a query-by-key mask
+    if kernel == 'pallas':
+      return pallas_attention(query, key, value, input_mask).reshape(x.shape[:-1] + (width,))
     # Padding keys get a large negative score, as in BERT: exp() of it underflows to 0.
     pairs = input_mask[:, None, None, :] if input_mask.ndim == 2 else input_mask[:, None]
     bias = jnp.where(pairs, 0.0, -10000.0).astype(jnp.float32)
-    dropout_off = deterministic or self.attention_dropout_rate == 0.0
-    kernel = attention_kernel(self.implementation, self.dtype, head_dim) if dropout_off else None
-    if kernel == 'cudnn' and input_mask.ndim == 3:
-      kernel = 'xla'  # the cuDNN call below takes padding as lengths, not a query-by-key mask
     if kernel == 'cudnn':
       lengths = jnp.sum(input_mask, axis=-1, dtype=jnp.int32)
       context = jax.nn.dot_product_attention(query, key, value, key_value_seq_lengths=lengths,

@@ -23,8 +23,10 @@ import ml_collections
 from electra_jax.training import flops, optim
 from electra_jax.training import rng as rng_lib, train, validation
 from electra_jax.training.compiled_program import (collective_summary, collectives, cost, memory,
-                                                   random_bit_elements, tree_bytes)
+                                                   pallas_kernels, random_bit_elements,
+                                                   tree_bytes)
 from electra_jax.common.errors import UsageError
+from electra_jax.model import layers
 
 GIB = 1 << 30
 
@@ -130,7 +132,9 @@ def lower_pretrain_step(config: ml_collections.ConfigDict, devices):
                                 sharding=batch_sharding)
   batch = {'input_ids': tokens, 'segment_ids': tokens}  # what training/batches.py delivers
   # The loop passes fold_in(state.rng, step): the state's key's shape, dtype and sharding.
-  return step.lower(state, batch, state.rng), state, batch
+  # attention='auto' chooses for the TPU; a Pallas kernel is mapped over the mesh's shards.
+  with layers.compiling_for(devices[0].platform), jax.set_mesh(mesh):
+    return step.lower(state, batch, state.rng), state, batch
 
 
 # --- Reading the compiled program: training/compiled_program.py. ---
@@ -253,16 +257,23 @@ def analyse(compiled, seconds: float, state, data, model_flops: float, sliced: S
   mem = memory(compiled, sliced.chip.hbm_bytes)
   mem = {'params': tree_bytes(state.params), 'optimizer_state': tree_bytes(state.opt_state),
          'batch': tree_bytes(data), **mem}
-  xla = cost(compiled)
   text = compiled.as_text()
+  kernels = pallas_kernels(text)
+  xla = cost(compiled)
+  # XLA counts a Pallas kernel's bytes but not (mostly) its FLOPs: those come from its shapes.
+  counted = {**xla, 'flops': xla['flops'] + kernels['flops_not_in_xla']}
   model_per_chip = model_flops / chips
   return {
       'compile_s': round(seconds, 2),
       'bytes_per_chip': mem,
-      'flops_per_chip': {'xla': xla['flops'], 'model': model_per_chip,
-                         'xla_over_model': xla['flops'] / model_per_chip if model_per_chip else None},
+      'flops_per_chip': {
+          'xla': xla['flops'], 'pallas_kernels_not_in_xla': kernels['flops_not_in_xla'],
+          'model': model_per_chip,
+          # (XLA's + the kernels' it misses) / the model's
+          'xla_over_model': counted['flops'] / model_per_chip if model_per_chip else None},
       'hbm_bytes_accessed_per_chip': xla['bytes_accessed'],
-      'roofline': roofline(xla, model_per_chip, sliced.chip),
+      'pallas_kernels': kernels,
+      'roofline': roofline(counted, model_per_chip, sliced.chip),
       'collectives': collective_summary(collectives(text), state.params),
       # rng_impl=rbg's random words per chip (0 under threefry); the whole batch's on every
       # chip unless libtpu partitions them (rng.py, rbg_sharding_warning).

@@ -125,3 +125,65 @@ def collective_summary(found: list[dict], params) -> dict:
       'all_gather_sources': sorted({c['source'] for c in gathers}),
   }
   return summary
+
+
+# A Pallas (Mosaic) kernel is a custom call to XLA. `%<kernel name> = <results> custom-call(...)`
+_CUSTOM_CALL = re.compile(r'^\s*(?:ROOT\s+)?%(?P<name>\S+)\s*=\s*(?P<results>.+?)\s+custom-call\('
+                          r'(?P<operands>[^)]*)\).*custom_call_target="tpu_custom_call"')
+_DEFINITION = re.compile(r'^\s*(?:ROOT\s+)?%(?P<name>\S+)\s*=\s*(?P<shape>.+?)\s+[\w\-\.]+\(')
+_FLOAT = ('bf16', 'f16', 'f32')
+
+
+def _elements(dims) -> int:
+  return functools.reduce(lambda a, b: a * b, dims, 1)
+
+
+def attention_kernel_matmuls(name: str, results: list) -> int:
+  """Matmuls of L x L x D that a Pallas attention kernel does, told from its name and results:
+  the forward pass 2 (QKᵀ, PV); the dK/dV pass 4 (recomputed QKᵀ, dOVᵀ, PᵀdO, dSᵀQ), 5 where it
+  also makes dQ (splash's fused backward kernel: results of Q's shape, dQ dK dV); the dQ pass 3."""
+  if 'dkv' in name:
+    per_head = [dims for dtype, dims in results if dtype in _FLOAT and len(dims) >= 3]
+    return 5 if len(per_head) >= 3 else 4
+  return 3 if 'dq' in name else 2
+
+
+def pallas_kernels(hlo_text: str) -> dict:
+  """The Pallas attention kernels of a compiled program: their count, FLOPs and HBM bytes.
+
+  XLA does not see inside a custom call. Its cost analysis counts a kernel's operands and
+  results as bytes accessed, but FLOPs only where Pallas gave it an estimate (in the backend
+  config: flash attention's forward pass; none of splash attention's kernels). So the FLOPs are
+  counted here from the shapes: 2·(B·H)·Lq·Lk·D per matmul (`attention_kernel_matmuls`), with
+  Q the first float operand of rank 3 or more and K the second; the bytes are the operands'
+  and results' (each read or written once: true where one block spans the sequence, L <= 512).
+  `flops_not_in_xla` is what the roofline adds to XLA's count.
+  """
+  shapes = {}
+  for line in hlo_text.splitlines():
+    if match := _DEFINITION.match(line):
+      shapes[match['name']] = match['shape']
+  found = {}
+  for line in hlo_text.splitlines():
+    if not (match := _CUSTOM_CALL.match(line)):
+      continue
+    results = _arrays(match['results'])
+    operands = [a for name in re.findall(r'%([\w\.\-]+)', match['operands'])
+                for a in _arrays(shapes.get(name, ''))]
+    per_head = [dims for dtype, dims in operands if dtype in _FLOAT and len(dims) >= 3]
+    flops = 0
+    if len(per_head) >= 2:
+      q, k = per_head[0], per_head[1]
+      flops = attention_kernel_matmuls(match['name'], results) * 2 * _elements(q[:-2]) * (
+          q[-2] * k[-2] * q[-1])
+    kind = re.sub(r'(_block.*|\.\d+)$', '', match['name'])
+    entry = found.setdefault(kind, {'count': 0, 'flops': 0, 'bytes': 0, 'flops_not_in_xla': 0})
+    entry['count'] += 1
+    entry['flops'] += flops
+    entry['bytes'] += sum(_elements(dims) * _DTYPE_BYTES[d] for d, dims in operands + results)
+    if '"cost_estimate"' not in line:
+      entry['flops_not_in_xla'] += flops
+  return {'count': sum(e['count'] for e in found.values()),
+          'flops': sum(e['flops'] for e in found.values()),
+          'flops_not_in_xla': sum(e['flops_not_in_xla'] for e in found.values()),
+          'bytes': sum(e['bytes'] for e in found.values()), 'kernels': found}
