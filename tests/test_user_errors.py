@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from conftest import REPO, SHARED_DATA, WIKITEXT, error_line
+from electra_jax.common.errors import UsageError
 
 
 def env(**changes):
@@ -16,9 +17,9 @@ def env(**changes):
   return {k: v for k, v in environment.items() if v is not None}
 
 
-def command(*args, cwd=REPO, **environment):
+def command(*args, cwd=REPO, timeout=300, **environment):
   return subprocess.run([sys.executable, *args], env=env(**environment), cwd=cwd,
-                        capture_output=True, text=True, timeout=300)
+                        capture_output=True, text=True, timeout=timeout)
 
 
 TINY = f'--config={REPO / "configs" / "tiny.py"}'
@@ -98,7 +99,6 @@ def test_every_count_and_size_must_be_positive_and_is_refused_before_other_check
   """Before the checks that divide by them (hidden_size % num_heads), each in one line."""
   # pylint: disable=g-import-not-at-top
   from electra_jax.common import bounds, config as config_lib
-  from electra_jax.common.errors import UsageError
   from electra_jax.training import validation
   config = config_lib.default_config()
   config.data.train_files = 'x.txt'
@@ -142,3 +142,36 @@ def test_a_relative_config_path_outside_the_repo_names_where_it_looked_and_the_c
   assert config_lib.missing_config_file('/nowhere/tiny.py', str(tmp_path / 'none')) == (
       "config file '/nowhere/tiny.py' does not exist; pass the path of a config file, e.g. the "
       "repository's configs/tiny.py")
+
+
+def test_a_folder_given_as_train_files_gets_a_glob_that_matches_its_files(tmp_path):
+  result = command('-m', 'electra_jax.main', TINY, f'--config.data.train_files={WIKITEXT}',
+                   f'--workdir={tmp_path / "run"}')
+  assert error_line(result) == (
+      f"electra_jax: error: '{WIKITEXT}' (data.train_files) matches only directories; name the "
+      f"files, e.g. '{WIKITEXT}/*.raw' (3 files)")
+  # A manifest beside folders of text (WikiExtractor's AA/, AB/) loses to the text.
+  from electra_jax.data import text  # pylint: disable=g-import-not-at-top
+  for folder in ('AA', 'AB'):
+    (tmp_path / 'wiki' / folder).mkdir(parents=True)
+    for i in range(2):
+      (tmp_path / 'wiki' / folder / f'wiki_0{i}').write_text('<doc>\nText.\n</doc>\n')
+  (tmp_path / 'wiki' / 'MANIFEST.tsv').write_text('a\tb\n')
+  with pytest.raises(UsageError, match=re.escape(f"e.g. '{tmp_path}/wiki/*/*' (4 files)")):
+    text.resolve_files(str(tmp_path / 'wiki'))
+  (tmp_path / 'empty').mkdir()
+  with pytest.raises(UsageError, match='they hold no files, nor do their subdirectories'):
+    text.resolve_files(str(tmp_path / 'empty'))
+
+
+def test_an_unknown_slice_size_is_named_with_the_known_ones_before_libtpu_is_asked():
+  """v4-9 was read as v4-8 (9 // 2 chips) and compiled for it, or, without libtpu, refused as
+  needing libtpu."""
+  result = command('-m', 'electra_jax.compile', TINY, '--topology=v4-9', timeout=120)
+  assert error_line(result) == (
+      "electra_jax: error: --topology='v4-9' is no v4 slice; known v4 sizes are v4-8, v4-16, "
+      'v4-32, v4-64, v4-128, v4-256')
+  from electra_jax.training import aot  # pylint: disable=g-import-not-at-top
+  for name in ('v5p-7', 'v5litepod-3', 'v6e-512'):
+    with pytest.raises(UsageError, match=f"--topology='{name}' is no .* slice; known"):
+      aot.slice_devices(name)

@@ -16,6 +16,7 @@ because such text would quietly end up in the vocabulary and the examples:
   - a damaged or truncated .gz file (the offset counts uncompressed bytes).
 """
 
+import collections
 from collections.abc import Callable, Iterable, Iterator, Sequence
 import glob
 import gzip
@@ -51,10 +52,25 @@ def resolve_files(patterns: str | Sequence[str], setting: str = 'data.train_file
     if not matched_files:
       if matches:  # Only directories matched: a common slip, so say so.
         raise UsageError(f"'{pattern}' ({setting}) matches only directories; "
-                         f"name the files, e.g. '{os.path.join(pattern, '*.txt')}'")
+                         f'{files_glob_hint(pattern, matches)}')
       raise UsageError(f"no file matches '{pattern}' ({setting}); check the path or glob")
     files.update(dict.fromkeys(matched_files))
   return list(files)
+
+
+def files_glob_hint(pattern: str, directories: Sequence[str]) -> str:
+  """How to name the files in `directories` (what `pattern` matched): the glob, directly in them
+  or one level down (WikiExtractor's AA/wiki_00), by extension, that matches the most files."""
+  counts = collections.Counter()
+  for depth in ('', '*'):  # a manifest beside folders of text loses to the text
+    for d in directories:
+      for f in glob.glob(os.path.join(glob.escape(d), depth, '*')):
+        if os.path.isfile(f):
+          counts[os.path.join(pattern, depth, '*' + os.path.splitext(f)[1])] += 1
+  if not counts:
+    return 'they hold no files, nor do their subdirectories; name the files to read'
+  suggested, count = counts.most_common(1)[0]  # on a tie, the first counted: the shallower
+  return f"name the files, e.g. '{suggested}' ({count} file{'s' if count > 1 else ''})"
 
 
 def describe_files(files: Sequence[str]) -> str:

@@ -86,12 +86,12 @@ def slice_devices(name: str) -> Slice:
     raise UsageError(f'--topology={name!r}: use <generation>-<size> with a generation of '
                      f'{", ".join(CHIPS)} (e.g. v4-8, v5litepod-8, v6e-8, v4-32)')
   megacore = generation in ('v4', 'v5p')
-  chips = int(count) // 2 if megacore else int(count)
   shapes = _CUBE if megacore else _PLANE
-  if chips not in shapes:
-    sizes = sorted(n * 2 if megacore else n for n in shapes)
-    raise UsageError(f'--topology={name!r}: known {generation} sizes are '
-                     f'{", ".join(f"{generation}-{n}" for n in sizes)}')
+  named = {n * 2 if megacore else n: n for n in shapes}  # size in the name -> chips
+  if int(count) not in named:  # before libtpu: an odd v4 size is no slice, not half of one
+    raise UsageError(f'--topology={name!r} is no {generation} slice; known {generation} sizes '
+                     f'are {", ".join(f"{generation}-{n}" for n in sorted(named))}')
+  chips = named[int(count)]
   if megacore:
     per_host = (2, 2, 1)
   else:
