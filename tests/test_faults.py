@@ -322,24 +322,31 @@ def wikitext_uninterrupted(tmp_path_factory, wikitext):
   return workdir
 
 
+def signal_when(command_line, signals, reached, stderr_path):
+  """Starts `command_line` in a session of its own, as a terminal's foreground job, and sends
+  `signals` to all its processes once reached() is true; (exit status, stderr, seconds from the
+  last signal to the exit). Its log goes to a file, which no pipe's size can block."""
+  with open(stderr_path, 'w') as stderr:
+    process = subprocess.Popen(command_line, env=env(), cwd=REPO, stdout=subprocess.DEVNULL,
+                               stderr=stderr, start_new_session=True)
+    deadline = time.time() + 300
+    while not reached():
+      assert process.poll() is None, Path(stderr_path).read_text()[-3000:]
+      assert time.time() < deadline, 'the run did not get there in time'
+      time.sleep(0.01)
+    for signum in signals:
+      os.killpg(process.pid, signum)
+      sent = time.time()
+      time.sleep(0.05)
+    process.wait(timeout=300)
+  return process.returncode, Path(stderr_path).read_text(), time.time() - sent
+
+
 def signal_at_step(workdir, signals, at=10):
-  """Starts the run in a session of its own, as a terminal's foreground job, and sends `signals`
-  to all its processes once step `at` is logged; (exit status, stderr, seconds from the last
-  signal to the exit)."""
-  process = subprocess.Popen(wikitext_command(workdir), env=env(), cwd=REPO, text=True,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                             start_new_session=True)
-  deadline = time.time() + 300
-  while max(logged_steps(workdir), default=0) < at:
-    assert process.poll() is None, process.communicate()[1][-3000:]
-    assert time.time() < deadline, 'the run did not reach its step in time'
-    time.sleep(0.01)
-  for signum in signals:
-    os.killpg(process.pid, signum)
-    sent = time.time()
-    time.sleep(0.05)
-  stderr = process.communicate(timeout=300)[1]
-  return process.returncode, stderr, time.time() - sent
+  """signal_when for the WikiText run in `workdir`, once its step `at` is logged."""
+  return signal_when(wikitext_command(workdir), signals,
+                     lambda: max(logged_steps(workdir), default=0) >= at,
+                     workdir.with_name(workdir.name + '.stderr'))
 
 
 def check_resumes_exactly(workdir, reference):
@@ -443,6 +450,40 @@ def test_fine_tuning_killed_mid_seed_resumes_to_the_same_scores(corpus, tmp_path
   assert f'seed 7: resuming at step {resumed_at} of {FINETUNE_STEPS}' in rerun.stderr
   assert scores(workdir) == scores(reference)  # every score, exactly
   assert finetune_records(workdir) == finetune_records(reference)  # each step once, same loss
+
+
+@pytest.fixture(scope='module')
+def finetune_uninterrupted(corpus, tmp_path_factory):
+  if not (corpus / 'glue').exists():
+    glue_folder(corpus / 'glue')
+  workdir = tmp_path_factory.mktemp('finetune_uninterrupted')
+  subprocess.run(finetune_command(corpus, workdir), env=env(), cwd=REPO, check=True,
+                 capture_output=True, timeout=600)
+  return workdir
+
+
+def test_fine_tuning_ctrl_c_saves_the_seed_exits_unfinished_and_resumes_to_the_same_scores(
+    corpus, finetune_uninterrupted, tmp_path):
+  workdir = tmp_path / 'stopped'
+  in_second_seed = lambda: any(r['seed'] == 7 and r['step'] >= 10
+                               for r in map(json.loads, logged_lines(workdir)))
+  status, stderr, _ = signal_when(finetune_command(corpus, workdir), [signal.SIGINT],
+                                  in_second_seed, tmp_path / 'stopped.stderr')
+  assert status == 130 and 'Traceback' not in stderr, stderr[-3000:]
+  stopped_at = max(r['step'] for r in map(json.loads, logged_lines(workdir)) if r['seed'] == 7)
+  assert 10 <= stopped_at < FINETUNE_STEPS
+  assert stderr.count(f'stopped by Ctrl-C (SIGINT) at step {stopped_at} of {FINETUNE_STEPS} of '
+                      'SST-2 seed 7, its checkpoint saved; run the same command again to '
+                      'resume') == 1, stderr[-3000:]
+  # That step is saved (save_every is 4), and no results claim a finished run.
+  assert os.listdir(workdir / 'checkpoints' / 'seed_7') == [str(stopped_at)]
+  assert not (workdir / 'results.json').exists()
+  rerun = subprocess.run(finetune_command(corpus, workdir), env=env(), cwd=REPO,
+                         capture_output=True, text=True, timeout=600)
+  assert rerun.returncode == 0, rerun.stderr[-3000:]
+  assert f'seed 7: resuming at step {stopped_at} of {FINETUNE_STEPS}' in rerun.stderr
+  assert scores(workdir) == scores(finetune_uninterrupted)  # every score, exactly
+  assert finetune_records(workdir) == finetune_records(finetune_uninterrupted)
 
 
 def logged_lines(workdir):

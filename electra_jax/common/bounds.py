@@ -34,7 +34,7 @@ PRETRAINING_COUNTS = {
 # Fine-tuning's others, as resolved (a 0 taking the recipe's value); head_dropout is GLUE's only.
 FINE_TUNING = {'learning_rate': '(0, inf)', 'num_epochs': '(0, inf)', 'layer_decay': '(0, 1]',
                'warmup_proportion': '[0, 1]', 'head_dropout': '[0, 1)',
-               # Counts and sizes (batch sizes are checked against the devices); SQuAD's, chunking's.
+               # Counts and sizes, SQuAD's and chunking's too (batch sizes: against the devices).
                **{name: '[1, inf)' for name in (
                    'max_seq_length', 'log_every', 'max_consecutive_skips', 'max_query_length',
                    'doc_stride', 'beam_size', 'n_best_size', 'max_answer_length')},

@@ -6,6 +6,7 @@ import sys
 from absl import flags
 from absl import logging as absl_logging
 
+from electra_jax.common import interrupts
 from electra_jax.common.errors import UsageError
 
 
@@ -41,11 +42,14 @@ def flags_parser(usage: str, writes=('workdir', 'out')):
 
 
 def run(function, *args, **kwargs):
-  """Calls `function`, turning a UsageError into the one-line error exit."""
+  """Calls `function`, turning a UsageError into the one-line error exit, and a stop a signal
+  asked for (which the loop has saved and logged) into its exit status."""
   try:
     return function(*args, **kwargs)
   except UsageError as e:
     fail(str(e))
+  except interrupts.Stopped as e:
+    sys.exit(e.status)
 
 
 def quiet_orbax():

@@ -1,10 +1,11 @@
 """SIGTERM and Ctrl-C while a command trains: save, stop, and say so; a second Ctrl-C stops at once.
 
 A training loop asks `requested()` after each step; once it is true the loop saves a checkpoint
-of that step and returns, and the command exits with `exit_status()`: 128 + the signal, the status
-of a process those signals stopped, so that a scheduler or a shell loop reads the run as
-unfinished (an exit 0 would read as done). Ctrl-C again, while that save is under way, ends the
-process at once: what it loses is the steps since the last checkpoint, as a kill does.
+of that step and returns (or raises Stopped), and the command exits with `exit_status()`: 128 +
+the signal, the status of a process those signals stopped, so that a scheduler or a shell loop
+reads the run as unfinished (an exit 0 would read as done). Ctrl-C again, while that save is
+under way, ends the process at once: what it loses is the steps since the last checkpoint, as a
+kill does.
 
 Python runs a signal handler only between bytecodes of the main thread, which may sit for
 minutes in one XLA call (a compilation). So the handlers here do nothing themselves: the
@@ -59,6 +60,15 @@ class Stop:
                     if signum == signal.SIGINT else '')
 
 
+class Stopped(Exception):
+  """Raised by a loop that saved and stopped as a signal asked, to unwind the rest of a command
+  (fine-tuning's later seeds and results); cli.run exits with `status`."""
+
+  def __init__(self, status: int):
+    super().__init__(f'stopped (exit status {status})')
+    self.status = status
+
+
 _NONE = Stop()  # outside any catching() block: never requested
 _active = _NONE
 
@@ -70,6 +80,10 @@ def requested() -> bool:
 
 def cause() -> str:
   return _active.cause()
+
+
+def exit_status() -> int:
+  return _active.exit_status()
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ predictions.json (SQuAD answers; for 2.0 also null_odds.json) or predictions.txt
 from absl import app, flags
 from ml_collections import config_flags
 
-from electra_jax.common import cli
+from electra_jax.common import cli, interrupts
 
 USAGE = ('python -m electra_jax.finetune --config=configs/finetune/glue.py --config.task=TASK '
          '--config.init_from=RUN_OR_HF_DIR --workdir=DIR [--config.x=y ...]')
@@ -30,7 +30,8 @@ def main(argv):
   cli.quiet_orbax()
   # pylint: disable=g-import-not-at-top  (keeps --help fast)
   from electra_jax.finetune import results, families as run
-  summary = cli.run(run.fine_tune, _CONFIG.value, _WORKDIR.value)
+  with interrupts.catching():  # SIGTERM, Ctrl-C: the seed under way saves; exit 143, 130
+    summary = cli.run(run.fine_tune, _CONFIG.value, _WORKDIR.value)
   print(f'{summary["task"]}: {summary["score_metric"]} {summary["score"]:.4f} (median of '
         f'{len(summary["seeds"])} seed(s)); {results.format_scores(summary["median"])}; '
         f'{_WORKDIR.value}/{results.RESULTS}')

@@ -30,7 +30,7 @@ import orbax.checkpoint as ocp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from electra_jax.training import checkpoint, compile_cache, nonfinite
-from electra_jax.common import config as config_lib
+from electra_jax.common import config as config_lib, interrupts
 from electra_jax.training import optim as pretrain_optim
 from electra_jax.training import train as pretrain
 from electra_jax.common.errors import UsageError
@@ -178,13 +178,17 @@ def train_seed(config, seed, start, model, compiled, train_inputs, total_steps, 
     window, skipped, started = [], [], time.perf_counter()
     watch = nonfinite.start()
     for step in range(first_step, total_steps):
+      if step == first_step and interrupts.requested():  # before this seed trained: none to save
+        stop(config, seed, step, total_steps, before=True)
       state, loss, bad = compiled.step(state, train_inputs, order, lengths[step])
       watch = nonfinite.watch(watch, bad, state.step)
       window.append(loss)
       skipped.append(bad)
       done = step + 1
       at_log = done % config.log_every == 0 or done == total_steps
-      at_save = done == total_steps or (config.save_every and done % config.save_every == 0)
+      stopping = interrupts.requested() and done < total_steps
+      at_save = (done == total_steps or (config.save_every and done % config.save_every == 0)
+                 or stopping)
       if at_log or at_save:  # nothing after a non-finite step is saved ('stop')
         seen, watch = nonfinite.read(watch)
         nonfinite.check(seen, config, f' of {config.task} seed {seed}',
@@ -202,10 +206,23 @@ def train_seed(config, seed, start, model, compiled, train_inputs, total_steps, 
         window, skipped, started = [], [], time.perf_counter()
       if at_save:
         checkpoint.save(manager, done, state)
+      if stopping:
+        manager.wait_until_finished()
+        stop(config, seed, done, total_steps)
     manager.wait_until_finished()
   finally:
     manager.close()
   return state.params
+
+
+def stop(config, seed: int, step: int, total_steps: int, before: bool = False):
+  """Ends fine-tuning as a SIGTERM or Ctrl-C asked (common/interrupts.py): the seeds after this
+  one and the results are left to the same command run again, which resumes here."""
+  where = 'before step %d' if before else 'at step %d'
+  logging.warning(f'stopped by %s {where} of %d of %s seed %d, %s; run the same command again '
+                  'to resume', interrupts.cause(), step, total_steps, config.task, seed,
+                  'the seeds before it saved' if before else 'its checkpoint saved')
+  raise interrupts.Stopped(interrupts.exit_status())
 
 
 def for_each_seed(config, workdir: str, total_steps: int, run_seed) -> dict:
