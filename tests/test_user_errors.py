@@ -175,3 +175,18 @@ def test_an_unknown_slice_size_is_named_with_the_known_ones_before_libtpu_is_ask
   for name in ('v5p-7', 'v5litepod-3', 'v6e-512'):
     with pytest.raises(UsageError, match=f"--topology='{name}' is no .* slice; known"):
       aot.slice_devices(name)
+
+
+def test_fine_tuning_without_data_dir_names_its_own_fields_for_the_data(inputs, tmp_path):
+  """The hint was pretraining's data.tfds_data_dir, a field fine-tuning refuses."""
+  empty = tmp_path / 'tfds'
+  empty.mkdir()
+  result = command('-m', 'electra_jax.finetune',
+                   f'--config={REPO / "configs" / "finetune" / "glue.py"}', '--config.task=MRPC',
+                   f'--config.init_from={inputs / "run"}', f'--config.tfds_data_dir={empty}',
+                   f'--workdir={tmp_path / "finetuned"}')
+  assert error_line(result) == (
+      f"electra_jax: error: TFDS dataset 'glue/mrpc' is not prepared in data_dir '{empty}'; pass "
+      '--config.data_dir=DIR, a local GLUE folder (MRPC/train.tsv, dev.tsv, test.tsv), or build '
+      'it there with `tfds build glue/mrpc --data_dir=DIR --file_format=array_record`, or point '
+      '--config.tfds_data_dir at a copy (e.g. gs://tfds-data/datasets for the prebuilt catalog)')

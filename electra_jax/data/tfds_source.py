@@ -61,11 +61,21 @@ def _missing_split(name: str, split: str, data_dir: str, error: Exception) -> Us
                     f'has {splits}: use tfds:{name}:SPLIT with one of them')
 
 
+class NotPrepared(UsageError):
+  """A TFDS dataset not built in its data_dir. The fix names `setting`, the field that holds the
+  data_dir, and `instead`, another way to the data, both as the caller's config spells them."""
+
+  def __init__(self, name: str, data_dir: str, setting: str = 'data.tfds_data_dir',
+               instead: str = ''):
+    super().__init__(
+        f"TFDS dataset '{name}' is not prepared in {_where(data_dir)}; {instead}build it there "
+        f'with `tfds build {name} --data_dir=DIR --file_format=array_record`, or point '
+        f'{setting} at a copy (e.g. gs://tfds-data/datasets for the prebuilt catalog)')
+    self.name, self.data_dir = name, data_dir
+
+
 def _not_prepared(name: str, data_dir: str) -> UsageError:
-  return UsageError(
-      f"TFDS dataset '{name}' is not prepared in {_where(data_dir)}; build it there with "
-      f'`tfds build {name} --data_dir=DIR --file_format=array_record`, or point '
-      'data.tfds_data_dir at a copy (e.g. gs://tfds-data/datasets for the prebuilt catalog)')
+  return NotPrepared(name, data_dir)
 
 
 @functools.lru_cache(maxsize=None)

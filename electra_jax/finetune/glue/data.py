@@ -169,12 +169,18 @@ def examples_from_records(task: Task, records: Iterable[Mapping[str, Any]], labe
 def read_tfds(tfds_name: str, data_dir: str, task: Task, split: str, labelled: bool,
               required: bool = True) -> Examples | None:
   name = f'{tfds_name}/{task.tfds_config}'
-  if not required:
-    splits = tfds_source.builder(name, data_dir).info.splits
-    if split not in splits:
-      return None
-  return examples_from_records(task, tfds_source.read_records(name, split, data_dir), labelled,
-                               f"TFDS {name} split '{split}'")
+  try:
+    if not required:
+      splits = tfds_source.builder(name, data_dir).info.splits
+      if split not in splits:
+        return None
+    return examples_from_records(task, tfds_source.read_records(name, split, data_dir), labelled,
+                                 f"TFDS {name} split '{split}'")
+  except tfds_source.NotPrepared as e:  # in fine-tuning's own fields, with its local folders
+    raise tfds_source.NotPrepared(
+        e.name, e.data_dir, '--config.tfds_data_dir',
+        f'pass --config.data_dir=DIR, a local GLUE folder ({task.name}/train.tsv, dev.tsv, '
+        'test.tsv), or ') from None
 
 
 # ---- either source --------------------------------------------------------------------------
