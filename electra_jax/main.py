@@ -5,7 +5,6 @@ Running the same command again resumes from the latest checkpoint in DIR; raisin
 which then exits 143 or 130 (docs/reliability.md); a second Ctrl-C stops it at once.
 """
 
-import glob
 import sys
 
 from absl import app, flags, logging
@@ -29,8 +28,7 @@ flags.mark_flags_as_required(['config', 'workdir'])
 
 
 def on_tpu_vm() -> bool:
-  # TPU chips appear as /dev/accel* (v2-v4) or VFIO devices (v5e and later).
-  return bool(glob.glob('/dev/accel*') or glob.glob('/dev/vfio/[0-9]*'))
+  return cli.found(cli.TPU_FILES)
 
 
 def start_processes():

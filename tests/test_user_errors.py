@@ -190,3 +190,23 @@ def test_fine_tuning_without_data_dir_names_its_own_fields_for_the_data(inputs, 
       '--config.data_dir=DIR, a local GLUE folder (MRPC/train.tsv, dev.tsv, test.tsv), or build '
       'it there with `tfds build glue/mrpc --data_dir=DIR --file_format=array_record`, or point '
       '--config.tfds_data_dir at a copy (e.g. gs://tfds-data/datasets for the prebuilt catalog)')
+
+
+def test_a_cpu_host_runs_the_commands_without_probing_for_a_tpu(inputs, tmp_path):
+  """With JAX_PLATFORMS unset, JAX tried the TPU first, and its failure (`Unable to initialize
+  backend 'tpu'`, libtpu's host-bounds and lockfile errors) opened every command's output."""
+  from electra_jax.common import cli  # pylint: disable=g-import-not-at-top
+  if cli.found(cli.ACCELERATOR_FILES):
+    pytest.skip('this host has an accelerator: JAX is left to find it')
+  refused = command('-m', 'electra_jax.main', TINY, TRAIN_FILES, f'--workdir={tmp_path / "run"}',
+                    '--config.objective=nope', JAX_PLATFORMS=None)
+  assert refused.stderr.strip() == error_line(refused)  # that line alone
+  exported = command('-m', 'electra_jax.export', f'--workdir={inputs / "run"}',
+                     f'--out={tmp_path / "exported"}', JAX_PLATFORMS=None)  # runs on the CPU
+  assert exported.returncode == 0, exported.stderr[-3000:]
+  assert 'tpu' not in exported.stderr.lower(), exported.stderr[-3000:]
+  # The user's choice stands, an empty one (JAX picks) included.
+  chosen = 'from electra_jax.common import cli; cli.keep_jax_off_absent_accelerators(); ' \
+           'import jax; print(repr(jax.config.jax_platforms))'
+  for platforms, seen in ((None, "'cpu'"), ('', "''"), ('cpu', "'cpu'")):
+    assert command('-c', chosen, JAX_PLATFORMS=platforms).stdout.strip() == seen, platforms

@@ -1,6 +1,8 @@
 """What every command line shares: a user's mistake ends as one `electra_jax: error:` line."""
 
+import glob
 import logging
+import os
 import sys
 
 from absl import flags
@@ -12,6 +14,40 @@ from electra_jax.common.errors import UsageError
 
 def fail(message: str):
   sys.exit(f'electra_jax: error: {message}')
+
+
+# The device files through which JAX reaches an accelerator: TPU chips (/dev/accel* to v4, VFIO
+# from v5e), NVIDIA GPUs (/dev/dxg under WSL2), AMD GPUs (/dev/kfd), other GPUs' render nodes.
+TPU_FILES = ('/dev/accel*', '/dev/vfio/[0-9]*')
+ACCELERATOR_FILES = (*TPU_FILES, '/dev/nvidia[0-9]*', '/dev/nvidiactl', '/dev/dxg', '/dev/kfd',
+                     '/dev/dri/renderD*')
+
+
+def found(patterns) -> bool:
+  return any(glob.glob(pattern) for pattern in patterns)
+
+
+def keep_jax_off_absent_accelerators():
+  """Keeps JAX from probing for accelerators a host does not have, unless the user named
+  platforms (JAX_PLATFORMS).
+
+  Left alone, JAX tries every backend it knows, TPU first: it opens libtpu (or fails to) and
+  prints what reads as a failure before the command says anything (`Unable to initialize backend
+  'tpu'`, libtpu's host-bounds and lockfile errors). A Linux host with no accelerator's device
+  file runs on its CPU, so JAX is pointed there; on a GPU host JAX still finds the GPUs, and only
+  its line about the absent TPU is dropped. Compiling for a described TPU slice
+  (electra_jax.compile) loads libtpu by itself and is unaffected.
+  """
+  if 'JAX_PLATFORMS' in os.environ or found(TPU_FILES):
+    return
+  logging.getLogger('jax._src.xla_bridge').addFilter(
+      lambda record: not record.getMessage().startswith("Unable to initialize backend 'tpu'"))
+  if sys.platform.startswith('linux') and not found(ACCELERATOR_FILES):
+    import jax  # pylint: disable=g-import-not-at-top
+    try:
+      jax.config.update('jax_platforms', 'cpu')
+    except RuntimeError:  # JAX already runs (a command called in process): it has chosen
+      pass
 
 
 def flags_parser(usage: str, writes=('workdir', 'out')):
@@ -27,6 +63,7 @@ def flags_parser(usage: str, writes=('workdir', 'out')):
         from electra_jax.common import config as config_lib  # pylint: disable=g-import-not-at-top
         config_lib.check_overrides(argv, config_path)
       rest = flags.FLAGS(argv)
+      keep_jax_off_absent_accelerators()  # after --help, which needs no JAX
       from electra_jax.common import storage  # pylint: disable=g-import-not-at-top  (fast --help)
       for name in writes:
         if name in flags.FLAGS:
