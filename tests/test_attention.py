@@ -4,6 +4,7 @@ Pallas's TPU splash attention runs here in Pallas's interpret mode (the kernel a
 executed on the CPU), so the numbers compared are the kernel's own, not a reference's.
 """
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -140,3 +141,19 @@ def test_pallas_blocks_fit_the_lengths_used():
   the largest multiple of 128 that divides the length."""
   for length, block in ((128, 128), (256, 256), (384, 384), (512, 512), (1024, 512), (640, 128)):
     assert layers.pallas_block(length) == block
+
+
+def test_the_pallas_paths_projections_are_nn_dense_heads_first():
+  """HeadsFirstDense has nn.Dense's parameters (so checkpoints, exports and the einsum path share
+  them) and computes its function, laid out [B, H, L, D] and scaled."""
+  x = jax.random.normal(jax.random.key(4), (BATCH, LENGTH, WIDTH), jnp.float32)
+  dense = nn.Dense(WIDTH, kernel_init=nn.initializers.truncated_normal(stddev=0.02))
+  heads_first = layers.HeadsFirstDense(WIDTH, HEADS)
+  params, same = dense.init(jax.random.key(5), x), heads_first.init(jax.random.key(5), x)
+  assert jax.tree.structure(same) == jax.tree.structure(params)
+  for a, b in zip(jax.tree.leaves(same), jax.tree.leaves(params)):
+    np.testing.assert_array_equal(a, b)
+  params = {'params': sharpened({'query': params['params']})['query']}
+  expected = dense.apply(params, x).reshape(BATCH, LENGTH, HEADS, HEAD_DIM).transpose(0, 2, 1, 3)
+  np.testing.assert_allclose(heads_first.apply(params, x, 0.125), 0.125 * expected,
+                             rtol=1e-6, atol=1e-6)
