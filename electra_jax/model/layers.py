@@ -212,8 +212,8 @@ class HeadsFirstDense(nn.Module):
   """nn.Dense(features)'s parameters (names, shapes, init) with its output as [B, H, L, D].
 
   The Pallas path's Q, K and V projections: the matmul writes the kernel's layout, and the scale
-  folds into it, instead of a transpose and a multiply of their own (at base's 512 on a v4-8,
-  11 GB less HBM traffic per step: docs/performance.md).
+  folds into it, instead of a transpose and a multiply of their own (base at 512 on a v4-8: 204
+  to 185 GB of HBM traffic per chip and step, docs/performance.md).
   """
   features: int
   num_heads: int
