@@ -44,6 +44,8 @@ def default_config() -> ml_collections.ConfigDict:
   c.embedding_sharing = 'shared'  # 'shared' (the paper's), 'none', 'all' or 'gdes' (DeBERTa-v3's)
   c.two_stage_steps = 0        # > 0: two-stage training, the generator alone for this many steps
   c.generator_kind = 'mlm'     # 'mlm' (the paper's generator) or 'unigram' (no generator network)
+  # A frozen generator: an MLM run's workdir or a HF ElectraForMaskedLM dir; '' = trained jointly
+  c.generator_init = ''
 
   c.learning_rate = 5e-4       # AdamW as the original: peak of warmup x linear decay from step 0
   c.warmup_steps = 10_000
@@ -186,7 +188,8 @@ def check_workdir_config(config: ml_collections.ConfigDict, workdir: str):
   # Switches that change what a checkpoint's numbers mean, with the value of runs that predate
   # them.
   for field, default in (('rng_impl', 'threefry2x32'), ('embedding_sharing', 'shared'),
-                         ('two_stage_steps', 0), ('generator_kind', 'mlm')):
+                         ('two_stage_steps', 0), ('generator_kind', 'mlm'),
+                         ('generator_init', '')):
     was, now = saved.get(field, default), config.get(field, default)
     if was != now:
       raise UsageError(f'{workdir} holds a run with {field} {was!r}, not {now!r}; use a new '

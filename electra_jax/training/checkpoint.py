@@ -48,6 +48,13 @@ def identity(config) -> dict:
   return {'objective': config.objective, 'model': config.model.to_dict()}
 
 
+def has_checkpoint(workdir: str) -> bool:
+  """Whether `workdir` holds a checkpoint Orbax committed (a step's directory), found without
+  opening a manager, which would create checkpoints/."""
+  directory = epath.Path(checkpoint_dir(workdir))
+  return directory.is_dir() and any(p.name.isdigit() for p in directory.iterdir())
+
+
 def save(manager: ocp.CheckpointManager, step: int, state, run_identity: dict | None = None):
   manager.save(step, args=ocp.args.StandardSave(state), custom_metadata=run_identity or {})
 

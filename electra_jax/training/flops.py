@@ -41,7 +41,9 @@ projection at every token, and ELECTRA's discriminator and head:
 
 with T = B·L tokens and P = B·N selected positions (N slots per sequence, all of them computed,
 used or not). Training costs 3x the forward pass: the backward pass computes a gradient for
-both operands of every product, at twice the forward cost. Not counted: embedding lookups,
+both operands of every product, at twice the forward cost. A frozen generator
+(config.generator_init) costs its forward pass alone: nothing is differentiated through it, so
+its parts (GENERATOR_PARTS) count once. Not counted: embedding lookups,
 LayerNorm, GELU, softmax, biases, the loss, sampling and the optimizer, all linear in the
 parameter or token count and small next to the matmuls.
 """
@@ -137,6 +139,15 @@ def forward_flops(config: ml_collections.ConfigDict) -> dict[str, int]:
   raise ValueError(f'no FLOPs count for objective {config.objective!r}; add it to flops.py')
 
 
+# The generator's share of forward_flops: its encoder, head and vocabulary projection.
+GENERATOR_PARTS = ('generator', 'generator_attention', 'generator_head', 'vocabulary_projection')
+
+
 def train_step_flops(config: ml_collections.ConfigDict) -> int:
-  """Model FLOPs of one training step: forward, backward and nothing else."""
-  return 3 * sum(forward_flops(config).values())
+  """Model FLOPs of one training step: forward, backward and nothing else (a frozen generator:
+  its forward only)."""
+  counts = forward_flops(config)
+  if not config.get('generator_init', ''):  # frozen_generator.enabled, without its imports
+    return 3 * sum(counts.values())
+  forward_only = sum(counts[part] for part in GENERATOR_PARTS)
+  return forward_only + 3 * (sum(counts.values()) - forward_only)

@@ -27,7 +27,7 @@ from electra_jax.common import config as config_lib
 from electra_jax import objective
 from electra_jax.training import optim, validation
 from electra_jax.common import interrupts, run_lock, storage
-from electra_jax.training import compile_cache, health, report, two_stage
+from electra_jax.training import compile_cache, frozen_generator, health, report, two_stage
 from electra_jax.training import rng as rng_lib
 from electra_jax.data import pipeline, run_vocab
 from electra_jax.model.networks import count_params, init_params
@@ -67,14 +67,23 @@ def _init_state_fn(config, model, optimizer):
   def init():
     init_rng, train_rng = jax.random.split(rng_lib.base_key(config))
     params = init_params(model, init_rng, config.max_seq_length)
+    # A frozen generator (config.generator_init) has no optimizer state.
+    trained = frozen_generator.trainable(params) if frozen_generator.enabled(config) else params
     return TrainState(step=jnp.zeros([], jnp.int32), params=params,
-                      opt_state=optimizer.init(params), rng=jax.random.key_data(train_rng))
+                      opt_state=optimizer.init(trained), rng=jax.random.key_data(train_rng))
   return init
 
 
-def create_train_state(config, model, optimizer, replicated) -> TrainState:
-  """Initial state, created directly as replicated arrays on the mesh."""
-  return jax.jit(_init_state_fn(config, model, optimizer), out_shardings=replicated)()
+def create_train_state(config, model, optimizer, replicated, generator=None) -> TrainState:
+  """Initial state, created directly as replicated arrays on the mesh; `generator` (host arrays,
+  frozen_generator.load's) replaces the initialised generator."""
+  state = jax.jit(_init_state_fn(config, model, optimizer), out_shardings=replicated)()
+  if generator is None:
+    return state
+  placed = jax.tree.map(lambda x: jax.make_array_from_callback(x.shape, replicated,
+                                                               lambda index: x[index]), generator)
+  return state.replace(params=frozen_generator.merge(frozen_generator.trainable(state.params),
+                                                     placed))
 
 
 def abstract_params(config) -> dict:
@@ -108,12 +117,15 @@ def train_step(state: TrainState, batch, rng, *, model, optimizer, config, speci
   params = state.params
   if two_stage.enabled(config):
     params = two_stage.start_discriminator(params, config, state.step)
-  loss_and_grads = jax.value_and_grad(
-      functools.partial(objective.partial_loss, model.apply, config=config, special=special),
-      has_aux=True)
+  loss_fn = functools.partial(objective.partial_loss, model.apply, config=config, special=special)
+  trained = params
+  if frozen_generator.enabled(config):  # the generator is a constant of the step, never updated
+    trained, generator = frozen_generator.trainable(params), frozen_generator.frozen(params)
+    loss_fn = frozen_generator.with_frozen(loss_fn, generator)
+  loss_and_grads = jax.value_and_grad(loss_fn, has_aux=True)
   steps = config.grad_accum_steps
   if steps == 1:
-    (_, stats), grads = loss_and_grads(params, batch, prepared, dropout_rng)
+    (_, stats), grads = loss_and_grads(trained, batch, prepared, dropout_rng)
   else:
     # Micro-batch i holds rows i, i + k, i + 2k, ...: a strided split keeps every micro-batch
     # spread over all devices (a contiguous one would live on a fraction of them). The counts
@@ -128,7 +140,7 @@ def train_step(state: TrainState, batch, rng, *, model, optimizer, config, speci
                                                token_count=prepared.token_count,
                                                temperature=prepared.temperature)
       (_, micro_stats), micro_grads = loss_and_grads(
-          params, micro_batch, micro_prepared, jax.random.fold_in(dropout_rng, index))
+          trained, micro_batch, micro_prepared, jax.random.fold_in(dropout_rng, index))
       return micro_grads, micro_stats
 
     def accumulate(total, inputs):
@@ -140,9 +152,11 @@ def train_step(state: TrainState, batch, rng, *, model, optimizer, config, speci
   if two_stage.enabled(config):
     grads = two_stage.stage_gradients(grads, config, state.step)
   new_params, opt_state, finite = nonfinite.guarded_update(optimizer, grads, stats['loss'],
-                                                           params, state.opt_state)
+                                                           trained, state.opt_state)
   if two_stage.enabled(config):
     new_params = two_stage.hold_frozen(new_params, params, config, state.step)
+  if frozen_generator.enabled(config):
+    new_params = frozen_generator.merge(new_params, generator)
   return (state.replace(step=state.step + 1, params=new_params, opt_state=opt_state),
           nonfinite.without_stats_of_skipped(stats, finite))
 
@@ -242,9 +256,15 @@ def first_call(train, cache: str | None, *args):
   return outputs
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
-  """Pretrains (or resumes pretraining) in `workdir` until config.num_train_steps."""
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
+                       read_hf_generator: frozen_generator.HFReader | None = None):
+  """Pretrains (or resumes pretraining) in `workdir` until config.num_train_steps.
+
+  `read_hf_generator` reads a Hugging Face directory given as config.generator_init
+  (hf/generator_source.read, which this floor may not import: electra_jax.main passes it).
+  """
   validation.validate(config, jax.device_count())
+  config = frozen_generator.with_source_vocab(config)
   storage.check_uri(workdir, '--workdir')
   storage.check_uri(config.compilation_cache_dir, '--config.compilation_cache_dir')
   storage.makedirs(workdir)
@@ -252,11 +272,18 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
   with (run_lock.only_run_in(workdir, 'pretraining run') if jax.process_index() == 0
         else contextlib.nullcontext()):
     config_lib.check_workdir_config(config, workdir)
-    return _train_and_evaluate(config, workdir)
+    return _train_and_evaluate(config, workdir, read_hf_generator)
 
 
-def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
+def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
+                        read_hf_generator: frozen_generator.HFReader | None = None):
   is_chief = jax.process_index() == 0
+  # A frozen generator is read and checked before anything is written; a resumed run's
+  # checkpoint holds it.
+  load_generator = lambda: (frozen_generator.load(config, abstract_params(config), workdir,
+                                                  read_hf_generator)
+                            if frozen_generator.enabled(config) else None)
+  generator = None if checkpoint.has_checkpoint(workdir) else load_generator()
 
   vocab = chief_first(lambda: run_vocab.setup_vocab(config, workdir), 'vocab')
   train_examples = chief_first(
@@ -287,8 +314,12 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
     restored = checkpoint.restore_latest(
         manager, abstract_train_state(config, model, optimizer, replicated), run_identity,
         fallback=config.checkpoint_fallback)
-    state = (create_train_state(config, model, optimizer, replicated) if restored is None
-             else restored)
+    if restored is None:  # (`generator` is None where every checkpoint was set aside)
+      state = create_train_state(config, model, optimizer, replicated,
+                                 load_generator() if generator is None else generator)
+    else:
+      state = restored
+    generator = None
     first_step = int(state.step)
     if is_chief:
       if restored is not None and (

@@ -4,10 +4,12 @@ Each mistake is refused with one UsageError naming the field, its value and a fi
 fields outside the interval where they mean something go through common/bounds.py.
 """
 
+import os
+
 import ml_collections
 
 from electra_jax import objective
-from electra_jax.common import bounds
+from electra_jax.common import bounds, storage
 from electra_jax.model import networks as model_lib
 from electra_jax.common.errors import UsageError
 from electra_jax.model.layers import ATTENTION_IMPLEMENTATIONS
@@ -51,6 +53,43 @@ def check_temperatures(config: ml_collections.ConfigDict):
                      '); leave temperature_start at 0')
 
 
+# Why a frozen generator (config.generator_init) needs embedding_sharing='none', by mode.
+TIED_TO_THE_GENERATOR = {
+    'shared': 'both networks read one embedding block',
+    'gdes': "the discriminator's word table is the generator's plus a delta",
+    'all': 'the two networks share their encoder and embeddings',
+}
+
+
+def check_generator_init(config: ml_collections.ConfigDict):
+  """A frozen generator needs an ELECTRA run whose generator owns all its weights."""
+  directory = config.get('generator_init', '')
+  if not directory:
+    return
+  what = f"config.generator_init='{directory}' (a frozen generator)"
+  if config.objective not in ('electra', 'electra_15'):
+    raise UsageError(f'{what} replaces the generator of objectives electra and electra_15, not '
+                     f'{config.objective!r}; pass --config.objective=electra')
+  sharing = config.get('embedding_sharing', 'shared')
+  if sharing != 'none':
+    raise UsageError(
+        f"{what} needs --config.embedding_sharing=none, not {sharing!r}: under {sharing!r} "
+        f'{TIED_TO_THE_GENERATOR[sharing]}, so the discriminator would train weights of the '
+        'generator, and that takes a generator trained with it')
+  if config.get('two_stage_steps', 0):
+    raise UsageError(f'{what} is never trained, and config.two_stage_steps='
+                     f'{config.two_stage_steps} trains the generator first; drop one of them')
+  if config.get('generator_kind', 'mlm') != 'mlm':
+    raise UsageError(f"{what} is a generator network, and config.generator_kind="
+                     f"{config.generator_kind!r} has none; leave generator_kind 'mlm'")
+  if storage.is_uri(directory):
+    raise UsageError(f'{what} is not a local path; copy it to local disk (gcloud storage cp -r) '
+                     'and name that directory')
+  if not os.path.isdir(directory):
+    raise UsageError(f'{what} does not exist or is not a directory; pass the workdir of an mlm '
+                     'or electra run, or a Hugging Face ElectraForMaskedLM directory')
+
+
 def validate(config: ml_collections.ConfigDict, num_devices: int):
   bounds.check(config, bounds.PRETRAINING_COUNTS)  # first: the checks below divide by them
   m = config.model
@@ -64,6 +103,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int):
   if sharing != 'shared' and config.objective not in ('electra', 'electra_15'):
     raise UsageError(f'config.embedding_sharing={sharing!r} applies to objectives electra and '
                      f"electra_15, not {config.objective!r}; leave it 'shared'")
+  check_generator_init(config)
   if sharing == 'all':
     check_generator_is_discriminator_sized(
         m, "config.embedding_sharing='all' ties every generator weight to the discriminator's")

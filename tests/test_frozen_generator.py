@@ -1,0 +1,282 @@
+"""config.generator_init: ELECTRA with a frozen pretrained generator (Fast-ELECTRA).
+
+A tiny MLM run on WikiText-2 is the generator. An ELECTRA run started from it keeps the
+generator bitwise equal to the MLM's weights, holds no optimizer state for it and trains the
+discriminator. It also resumes exactly after a stop, exports and fine-tunes. A Hugging Face
+ElectraForMaskedLM directory works as the source too. Each misuse is one UsageError.
+"""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from conftest import REPO, load_config
+from electra_jax.common import cli
+from electra_jax.common import config as config_lib
+from electra_jax.common.errors import UsageError
+from electra_jax.data import prepared_dir, vocab as vocab_lib
+from electra_jax.hf import exporting, generator_source
+from electra_jax.training import checkpoint, flops, frozen_generator, train, validation
+
+STEPS = 4
+# Small enough to compile in seconds: a 64-wide, one-head, one-layer network is the MLM and,
+# at generator_hidden_size=1.0, both networks of the ELECTRA run.
+MODEL = dict(vocab_size=1000, hidden_size=64, num_heads=1, intermediate_size=256, num_layers=1)
+
+
+@pytest.fixture(scope='module')
+def corpus(tmp_path_factory, wikitext):
+  """WikiText-2 valid, prepared once with a 1,000-piece vocabulary at length 32."""
+  out = tmp_path_factory.mktemp('frozen_corpus')
+  config = load_config('tiny')
+  config.max_seq_length = 32
+  config.model.vocab_size = 1000
+  config.data.update(train_files=str(wikitext / 'wiki.valid.raw'), prepare_workers=1)
+  prepared_dir.prepare_dataset(config, str(out))
+  return out
+
+
+def run_config(corpus, **overrides):
+  config = load_config('tiny')
+  config.model.update(MODEL)
+  config.update(batch_size=8, max_seq_length=32, num_train_steps=STEPS, warmup_steps=0,
+                log_every=2, save_every=2, eval_every=0, keep_checkpoints=10)
+  config.data.prepared_dir = str(corpus) if corpus else ''
+  for field, value in overrides.items():
+    *parents, name = field.split('.')
+    node = config
+    for parent in parents:
+      node = node[parent]
+    node[name] = value
+  return config
+
+
+def frozen_config(corpus, source, **overrides):
+  return run_config(corpus, generator_init=str(source), embedding_sharing='none',
+                    **{'model.generator_hidden_size': 1.0, **overrides})
+
+
+def train_run(config, workdir, stop_at=None):
+  """train_and_evaluate as main runs it; `stop_at`: stopped there as by a SIGTERM, then resumed."""
+  if stop_at is not None:
+    with pytest.MonkeyPatch.context() as patch:
+      patch.setattr(train, 'preemption_check', lambda manager: lambda step: step == stop_at)
+      cli.run(train.train_and_evaluate, config, str(workdir), generator_source.read)
+    assert sorted(p.name for p in (workdir / 'checkpoints').iterdir()) == ['2']
+  cli.run(train.train_and_evaluate, config, str(workdir), generator_source.read)
+  return workdir
+
+
+def params_at(workdir, step=None):
+  return exporting.load_run(str(workdir), step).params
+
+
+def generator_of_mlm(params):
+  return {new: params[old] for old, new in frozen_generator.RENAMED['mlm'].items()}
+
+
+def assert_equal_trees(a, b):
+  assert jax.tree.structure(a) == jax.tree.structure(b)
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    assert np.array_equal(x, y)
+
+
+@pytest.fixture(scope='module')
+def mlm_source(corpus, tmp_path_factory):
+  return train_run(run_config(corpus, objective='mlm', num_train_steps=2),
+                   tmp_path_factory.mktemp('mlm_source'))
+
+
+@pytest.fixture(scope='module')
+def frozen_run(corpus, mlm_source, tmp_path_factory):
+  return train_run(frozen_config(corpus, mlm_source), tmp_path_factory.mktemp('frozen'))
+
+
+def test_the_generator_stays_the_mlm_runs_and_only_the_discriminator_trains(mlm_source,
+                                                                            frozen_run):
+  source = generator_of_mlm(params_at(mlm_source))
+  at_2, at_4 = params_at(frozen_run, 2), params_at(frozen_run, 4)
+  for params in (at_2, at_4):
+    assert_equal_trees(frozen_generator.frozen(params), source)
+  for name in ('embeddings', 'discriminator', 'discriminator_head'):
+    assert any(not np.array_equal(a, b)
+               for a, b in zip(jax.tree.leaves(at_2[name]), jax.tree.leaves(at_4[name]))), name
+  # The optimizer state has no generator entry at all; the discriminator has its moments.
+  manager = checkpoint.make_manager(str(frozen_run), 10)
+  opt_state = manager.item_metadata(STEPS)['opt_state']
+  manager.close()
+  paths = ['/'.join(str(getattr(k, 'key', getattr(k, 'idx', k))) for k in path)
+           for path, _ in jax.tree_util.tree_leaves_with_path(opt_state)]
+  assert not [p for p in paths if set(p.split('/')) & set(frozen_generator.GENERATOR)]
+  assert any('/discriminator/' in f'/{p}/' for p in paths)
+  # The frozen generator still predicts: its MLM accuracy is logged, and the RTD loss trains.
+  lines = [json.loads(l) for l in (frozen_run / 'metrics.jsonl').read_text().splitlines()]
+  assert {'mlm_accuracy', 'disc_loss', 'disc_auc'} <= set(lines[-1])
+  saved = json.loads((frozen_run / 'config.json').read_text())
+  assert saved['generator_init'] == str(mlm_source)
+
+
+@pytest.mark.parametrize('accumulation', [1, 2])
+def test_a_stopped_run_resumes_to_the_params_of_an_uninterrupted_one(
+    corpus, mlm_source, frozen_run, tmp_path, accumulation):
+  config = frozen_config(corpus, mlm_source, grad_accum_steps=accumulation)
+  uninterrupted = (frozen_run if accumulation == 1
+                   else train_run(config, tmp_path / 'uninterrupted'))
+  resumed = train_run(config, tmp_path / 'resumed', stop_at=2)
+  final = params_at(resumed)
+  assert_equal_trees(final, params_at(uninterrupted))
+  assert_equal_trees(frozen_generator.frozen(final), generator_of_mlm(params_at(mlm_source)))
+
+
+def test_a_hugging_face_generator_loads_and_trains_with_its_vocabulary(mlm_source, tmp_path,
+                                                                       wikitext):
+  exporting.export_run(str(mlm_source), str(tmp_path / 'hf'))
+  hf_dir = tmp_path / 'hf' / 'mlm'  # an ElectraForMaskedLM at the MLM's sizes
+  # No vocabulary is named: the run takes the generator's (and prepares its data with it).
+  config = frozen_config(None, hf_dir, num_train_steps=2, **{
+      'data.train_files': str(wikitext / 'wiki.train.PARTIAL-first-1019-lines.raw')})
+  workdir = train_run(config, tmp_path / 'run')
+  saved = json.loads((workdir / 'config.json').read_text())
+  assert saved['data']['vocab_model'] == str(hf_dir / 'vocab.model')
+  assert (vocab_lib.vocab_fingerprint(vocab_lib.load_vocab(str(workdir / 'vocab.model'))) ==
+          vocab_lib.vocab_fingerprint(vocab_lib.load_vocab(str(mlm_source / 'vocab.model'))))
+  assert_equal_trees(frozen_generator.frozen(params_at(workdir)),
+                     generator_of_mlm(params_at(mlm_source)))
+
+
+def test_the_run_exports_and_fine_tunes(frozen_run, mlm_source, tmp_path):
+  transformers = pytest.importorskip('transformers')
+  # pylint: disable=g-import-not-at-top
+  from electra_jax.finetune import init
+  from electra_jax.finetune.glue import model as glue_model, run as glue_run
+  exporting.export_run(str(frozen_run), str(tmp_path / 'hf'))
+  params = params_at(frozen_run)
+  discriminator = transformers.ElectraForPreTraining.from_pretrained(tmp_path / 'hf' /
+                                                                      'discriminator')
+  query = discriminator.electra.encoder.layer[0].attention.self.query.weight.detach().numpy().T
+  np.testing.assert_array_equal(query, params['discriminator']['layer_0']['attention']['query']
+                                ['kernel'])
+  # The exported generator is the MLM run's network, unchanged.
+  generator = transformers.ElectraForMaskedLM.from_pretrained(tmp_path / 'hf' / 'generator')
+  mlm = params_at(mlm_source)
+  np.testing.assert_array_equal(generator.electra.embeddings.word_embeddings.weight.detach().numpy(),
+                                mlm['embeddings']['word_embeddings']['embedding'])
+  # A discriminator directory is no generator source.
+  with pytest.raises(UsageError, match='holds an ElectraForPreTraining'):
+    generator_source.read(str(tmp_path / 'hf' / 'discriminator'), run_config(None).model)
+
+  # GLUE fine-tuning starts from the discriminator, and runs (a slice of real MRPC).
+  glue = tmp_path / 'glue' / 'MRPC'
+  glue.mkdir(parents=True)
+  for split, rows in (('train', 24), ('dev', 8), ('test', 4)):
+    lines = (REPO.parent / 'shared' / 'data' / 'glue' / 'MRPC' / f'{split}.tsv').read_text(
+        encoding='utf-8-sig').splitlines()
+    (glue / f'{split}.tsv').write_text('\n'.join(lines[:rows + 1]) + '\n')
+  config = config_lib.load_config_file(str(REPO / 'configs' / 'finetune' / 'glue.py'))
+  config.update(task='mrpc', init_from=str(frozen_run), data_dir=str(tmp_path / 'glue'),
+                max_seq_length=32, batch_size=8, eval_batch_size=8, num_epochs=1.0, seeds='0')
+  start = init.load_start(config)
+  initial = init.initial_params(glue_model.Classifier(start.model, 2), start, 0, 32)
+  for part in init.ENCODER:
+    assert_equal_trees(initial[part], params[part])
+  summary = glue_run.fine_tune(config, str(tmp_path / 'finetuned'))
+  assert set(summary['median']['MRPC']) == {'accuracy', 'f1'}
+
+
+def test_flops_count_the_frozen_generators_forward_pass_only():
+  config = run_config(None, embedding_sharing='none')
+  counts = flops.forward_flops(config)
+  generator = sum(counts[part] for part in flops.GENERATOR_PARTS)
+  assert 0 < generator < sum(counts.values())
+  trained_jointly = flops.train_step_flops(config)
+  config.generator_init = '/some/run'
+  assert flops.forward_flops(config) == counts  # the same work forward...
+  assert flops.train_step_flops(config) == trained_jointly - 2 * generator  # ...no backward
+
+
+# ---- refusals ---------------------------------------------------------------------------------
+
+def refusal_config(tmp_path, **overrides):
+  config = run_config(None, generator_init=str(tmp_path), embedding_sharing='none',
+                      **{'data.train_files': 'x.txt'})
+  config.update(overrides)
+  return config
+
+
+@pytest.mark.parametrize('sharing, why', [
+    ('shared', 'both networks read one embedding block'),
+    ('gdes', "the discriminator's word table is the generator's plus a delta"),
+    ('all', 'the two networks share their encoder and embeddings')])
+def test_sharing_modes_that_tie_the_discriminator_to_the_generator_are_refused(tmp_path, sharing,
+                                                                               why):
+  config = refusal_config(tmp_path, embedding_sharing=sharing)
+  with pytest.raises(UsageError, match=f"needs --config.embedding_sharing=none, not '{sharing}': "
+                                       f'under .{sharing}. {why}'):
+    validation.validate(config, 1)
+
+
+@pytest.mark.parametrize('overrides, message', [
+    ({'two_stage_steps': 2}, 'is never trained, and config.two_stage_steps=2 trains the generator'),
+    ({'objective': 'mlm', 'embedding_sharing': 'shared'},
+     "replaces the generator of objectives electra and electra_15, not 'mlm'"),
+    ({'generator_kind': 'unigram'}, "generator_kind='unigram' has none"),
+])
+def test_settings_without_a_generator_to_freeze_are_refused(tmp_path, overrides, message):
+  with pytest.raises(UsageError, match=message):
+    validation.validate(refusal_config(tmp_path, **overrides), 1)
+
+
+def test_a_missing_directory_is_refused_by_name(tmp_path):
+  missing = tmp_path / 'nowhere'
+  with pytest.raises(UsageError, match=f"generator_init='{missing}' .*does not exist"):
+    validation.validate(refusal_config(missing), 1)
+  validation.validate(refusal_config(tmp_path), 1)  # the same settings with a directory pass
+
+
+def test_a_generator_of_another_vocabulary_is_refused_before_anything_is_written(
+    mlm_source, corpus, tmp_path):
+  other = tmp_path / 'other.txt'
+  other.write_text('\n'.join(['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'the', 'a']) + '\n')
+  config = frozen_config(None, mlm_source, **{'data.vocab_model': str(other),
+                                              'data.train_files': 'x.txt'})
+  workdir = tmp_path / 'run'
+  with pytest.raises(UsageError, match=f"trained on the vocabulary {mlm_source}/vocab.model, and "
+                                       f'this run reads another, {other}.*--config.data.'
+                                       f'vocab_model={mlm_source}/vocab.model'):
+    train.train_and_evaluate(config, str(workdir))
+  written = {p.name for p in workdir.iterdir()}
+  assert not written & {'config.json', 'vocab.model', 'vocab.txt', 'data', 'checkpoints'}, written
+
+
+def test_a_generator_of_another_shape_is_refused_naming_the_fix(mlm_source, corpus, tmp_path):
+  config = frozen_config(corpus, mlm_source, **{'model.generator_hidden_size': 0.5})
+  with pytest.raises(UsageError) as refused:
+    train.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert str(refused.value) == (
+      f"config.generator_init: the mlm run in '{mlm_source}' (step 2) does not fit this run's "
+      "generator: width 64 (the run's generator: 32), ffn 256 (the run's generator: 128); set "
+      '--config.model.generator_hidden_size=64')
+  assert not (tmp_path / 'run' / 'config.json').exists()
+  # A source that no generator setting can hold (heads other than width // 64) says so.
+  source = frozen_generator.Source({}, frozen_generator.Shape(64, 2, 256, 1, 64, 1000, 512, 2),
+                                   'a source')
+  with pytest.raises(UsageError, match='heads 2 .*no setting holds 2 heads'):
+    frozen_generator.check_fits(source, config, {})
+
+
+def test_a_bert_directory_is_refused_naming_what_is_read(tmp_path):
+  (tmp_path / 'config.json').write_text(json.dumps({
+      'model_type': 'bert', 'architectures': ['BertForMaskedLM'], 'hidden_size': 64}))
+  with pytest.raises(UsageError, match="is a BERT checkpoint \\(BertForMaskedLM\\), whose "
+                                       'masked-LM head electra_jax does not read; pass a Hugging '
+                                       'Face ElectraForMaskedLM directory'):
+    generator_source.read(str(tmp_path), run_config(None).model)
+
+
+def test_a_changed_generator_init_is_refused_on_resume(frozen_run, mlm_source):
+  config = exporting.load_run_config(str(frozen_run))
+  config.generator_init = ''
+  with pytest.raises(UsageError, match=f"holds a run with generator_init '{mlm_source}', not ''"):
+    config_lib.check_workdir_config(config, str(frozen_run))
