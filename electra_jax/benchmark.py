@@ -62,7 +62,7 @@ def synthetic_batch(rng: np.random.Generator, batch_size: int, length: int, voca
   """
   lengths = np.where(rng.random(batch_size) < 0.95, length,
                      rng.integers(5, length + 1, batch_size))
-  ids = rng.integers(max(special) + 1, vocab_size, (batch_size, length))
+  ids = rng.integers(max(special.ids()) + 1, vocab_size, (batch_size, length))
   first_sep = np.where(rng.random(batch_size) < 0.1, lengths - 1,
                        rng.integers(2, lengths - 2))
   columns = np.arange(length)[None, :]

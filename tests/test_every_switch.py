@@ -34,6 +34,8 @@ SWITCHES = {  # 'electra' with embedding_sharing 'shared' is what tests/test_mai
     'sharing_gdes': {'embedding_sharing': 'gdes'},
     'unigram_generator': {'generator_kind': 'unigram'},
     'temperature_schedule': {'temperature_start': 2.0},
+    'whole_word_masking': {'masking': 'whole_word'},
+    'mlm_span_masking': {'objective': 'mlm', 'masking': 'span'},
 }
 # Metrics each switch logs beyond loss, and ones it must not (its networks cannot make them).
 RTD = {'disc_loss', 'disc_auc', 'disc_accuracy', 'replaced_fraction'}
@@ -41,13 +43,14 @@ MLM_ABLATION = {'mlm_loss', 'disc_mlm_loss', 'disc_mlm_accuracy', 'sampled_accur
 NO_RTD = RTD - {'replaced_fraction'}
 LOGGED = {
     'mlm': ({'mlm_loss', 'mlm_accuracy'}, RTD | {'sampled_accuracy'}),
+    'mlm_span_masking': ({'mlm_loss', 'mlm_accuracy'}, RTD | {'sampled_accuracy'}),
     'replace_mlm': (MLM_ABLATION | {'replaced_fraction'}, NO_RTD),
     'all_tokens_mlm': (MLM_ABLATION | {'replaced_fraction', 'copy_loss', 'copy_accuracy'}, NO_RTD),
     'unigram_generator': (RTD | {'sampled_accuracy'}, {'mlm_loss', 'mlm_accuracy'}),
 }
 ELECTRA_LIKE = ({'mlm_loss', 'mlm_accuracy', 'sampled_accuracy'} | RTD, {'disc_mlm_loss'})
 # What `export` writes for each (ElectraForPreTraining / ElectraForMaskedLM directories).
-EXPORTED = {'mlm': ['mlm'], 'replace_mlm': ['generator', 'mlm'],
+EXPORTED = {'mlm': ['mlm'], 'mlm_span_masking': ['mlm'], 'replace_mlm': ['generator', 'mlm'],
             'all_tokens_mlm': ['generator', 'mlm'], 'electric': ['discriminator'],
             'unigram_generator': ['discriminator']}
 STEPS, PREEMPTED_AT = 30, 18

@@ -205,6 +205,37 @@ def test_kills_at_any_moment_even_mid_checkpoint_resume_exactly(corpus, uninterr
   assert check_same_as_uninterrupted(workdir, uninterrupted, STEPS) == 0.0
 
 
+# Both draw words the same way (masking.select_words); whole_word's run is kept for -m slow.
+@pytest.mark.parametrize('selection', [pytest.param('whole_word', marks=pytest.mark.slow), 'span'])
+def test_a_word_masking_run_killed_mid_run_resumes_exactly(tmp_path, selection):
+  """config.masking draws its words inside the step from the step's key: a kill and a restart
+  change nothing. Here a third of the words take a '##s' or '##ed' ending, so words have one to
+  three pieces."""
+  corpus = tmp_path / 'corpus'
+  corpus.mkdir()
+  vocab = corpus / 'vocab.txt'
+  write_vocab(vocab)
+  vocab.write_text(vocab.read_text() + '##s\n##ed\n')
+  rng = np.random.default_rng(0)
+  for split, docs in (('train', 80), ('eval', 8)):
+    lines = [' '.join(w + rng.choice(['', '', '', '', 's', 'ed']) for w in line[:-1].split())
+             + '.' for line in sentences(rng, 6 * docs)]
+    (corpus / f'{split}.txt').write_text('\n\n'.join('\n'.join(lines[i:i + 6])
+                                                     for i in range(0, len(lines), 6)))
+  flag = f'--config.masking={selection}'
+  reference = tmp_path / 'uninterrupted'
+  run(corpus, reference, STEPS, flag)
+  workdir = tmp_path / 'killed'
+  process = subprocess.Popen(command(corpus, workdir, STEPS, flag), env=env(), cwd=REPO,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  kill_once(process, workdir, 'step', np.random.default_rng(2), STEPS)
+  assert process.returncode == -signal.SIGKILL
+  assert 0 < max(logged_steps(workdir), default=0) < STEPS
+  run(corpus, workdir, STEPS, flag)
+  assert json.loads((workdir / 'config.json').read_text())['masking'] == selection
+  assert check_same_as_uninterrupted(workdir, reference, STEPS) == 0.0
+
+
 @pytest.mark.slow
 def test_many_kills_resume_exactly(corpus, tmp_path):
   steps = 40

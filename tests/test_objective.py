@@ -12,7 +12,7 @@ from conftest import load_config
 from electra_jax.model import networks as model_lib
 from electra_jax import objective
 from electra_jax.objective import electra, masking
-PAD_ID, CLS_ID, SEP_ID, MASK_ID, UNK_ID = objective.SpecialIds()
+PAD_ID, CLS_ID, SEP_ID, MASK_ID, UNK_ID = objective.SpecialIds().ids()
 
 
 def packed_like_sequences(rng, count, length, vocab=1000):
@@ -104,8 +104,8 @@ def test_bert_masking_statistics_over_10k_sequences(bert_masked_10k):
 def test_random_tokens_are_uniform_over_the_non_special_ids(special):
   draws = np.asarray(masking.random_tokens(jax.random.PRNGKey(0), (1_000_000,), 120, special))
   counts = np.bincount(draws, minlength=120)
-  allowed = np.setdiff1d(np.arange(120), list(special))
-  assert counts[list(special)].sum() == 0 and (counts[allowed] > 0).all()
+  allowed = np.setdiff1d(np.arange(120), list(special.ids()))
+  assert counts[list(special.ids())].sum() == 0 and (counts[allowed] > 0).all()
   # Pearson's chi-square against uniform over the allowed ids: mean = dof, sd = sqrt(2 dof).
   expected = len(draws) / len(allowed)
   chi2 = (((counts[allowed] - expected) ** 2) / expected).sum()

@@ -35,6 +35,7 @@ def default_config() -> ml_collections.ConfigDict:
   # 'electra', 'mlm' (BERT's baseline) or an ablation: 'electra_15', 'replace_mlm', 'all_tokens_mlm'
   c.objective = 'electra'
   c.mask_prob = 0.15           # share of tokens to predict (0.25 for large)
+  c.masking = 'token'          # what is selected: 'token' (the paper's), 'whole_word' or 'span'
   c.temperature = 1.0          # replacements are sampled from softmax(logits / temperature)
   c.temperature_start = 0.0    # > 0: sample at this at step 0, moving linearly to `temperature`
   c.sampler = 'categorical'    # or 'inverse_cdf': the same distribution, faster on a CPU

@@ -252,3 +252,23 @@ def vocab_fingerprint(vocab: Vocab | wordpiece.WordPieceVocab) -> str:
   """What identifies the vocabulary's ids, recorded with prepared data (see Vocab.fingerprint)."""
   return vocab.fingerprint()
 
+
+
+WORD_START = '\u2581'  # sentencepiece's mark of a piece that begins a word
+
+
+def word_starts(vocab: Vocab | wordpiece.WordPieceVocab) -> bytes:
+  """One byte per id, 1 where the piece begins a word: what whole-word and span masking read.
+
+  sentencepiece marks a word's first piece with '▁'; WordPiece marks the others with '##'.
+  Control pieces count as starts (they are words of their own); sentencepiece's [UNK] and
+  byte pieces (<0x..>) continue the word they stand in (after '▁' when they begin it), while
+  WordPiece's [UNK] replaces a whole word.
+  """
+  if isinstance(vocab, wordpiece.WordPieceVocab):
+    starts = [not piece.startswith('##') for piece in vocab.pieces]
+  else:
+    processor = vocab.processor
+    starts = [processor.id_to_piece(i).startswith(WORD_START) or processor.is_control(i)
+              or processor.is_unused(i) for i in range(vocab.size)]
+  return np.asarray(starts, np.uint8).tobytes()

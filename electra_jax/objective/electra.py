@@ -18,7 +18,8 @@ def prepare(rng, input_ids, config: ml_collections.ConfigDict,
             special: SpecialIds = SpecialIds()) -> Prepared:
   """Steps 1-3 of the recipe (dynamic masking) and the sampling keys, for the whole batch."""
   mask_rng, sample_rng = jax.random.split(rng)
-  masked = masking.mask_inputs(mask_rng, input_ids, config.mask_prob, special)
+  masked = masking.mask_inputs(mask_rng, input_ids, config.mask_prob, special,
+                               selection=config.get('masking', 'token'))
   return Prepared(masked, jax.random.split(sample_rng, input_ids.shape[0]),
                   jnp.sum(masked.weights), masking.count_tokens(input_ids, special))
 

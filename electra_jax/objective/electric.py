@@ -31,7 +31,8 @@ def prepare(rng, input_ids, config: ml_collections.ConfigDict,
   """The positions to replace (nothing is [MASK]ed) and the sampling keys. Its `mlm_count` is
   the number of candidate tokens, the cloze loss's denominator."""
   select_rng, sample_rng = jax.random.split(rng)
-  selected = masking.select_positions(select_rng, input_ids, config.mask_prob, special)
+  selected = masking.select_positions(select_rng, input_ids, config.mask_prob, special,
+                                      config.get('masking', 'token'))
   return Prepared(selected, jax.random.split(sample_rng, input_ids.shape[0]),
                   jnp.sum(masking.candidates(input_ids, special)).astype(jnp.float32),
                   masking.count_tokens(input_ids, special))

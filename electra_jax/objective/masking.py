@@ -2,7 +2,9 @@
 
 All of it is pure and runs inside the compiled step, so every training step draws fresh masks.
 Special token ids come from the vocabulary (`SpecialIds`); [PAD] must be 0, which the model's
-attention mask also relies on.
+attention mask also relies on. What is selected is config.masking's unit: single tokens (the
+paper's), whole words, or SpanBERT's spans of whole words; the budget is mask_prob of the tokens
+either way.
 """
 
 import math
@@ -10,6 +12,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 class SpecialIds(NamedTuple):
@@ -19,6 +22,12 @@ class SpecialIds(NamedTuple):
   sep: int = 3
   mask: int = 4
   unk: int = 1
+  # One byte per vocabulary id, 1 where the piece starts a word (data/vocab.word_starts); only
+  # whole-word and span masking read it. Bytes, so the tuple stays hashable.
+  word_starts: bytes = b''
+
+  def ids(self) -> tuple[int, ...]:
+    return (self.pad, self.cls, self.sep, self.mask, self.unk)
 
 
 class Masked(NamedTuple):
@@ -56,38 +65,141 @@ def num_slots(max_seq_length: int, mask_prob: float) -> int:
   return int((mask_prob + 0.005) * max_seq_length)
 
 
-def select_positions(rng, input_ids, mask_prob: float,
-                     special: SpecialIds = SpecialIds()) -> Masked:
+SELECTIONS = ('token', 'whole_word', 'span')
+# SpanBERT's span lengths, in words: geometric with p = 0.2, clipped at 10 (mean 4.46).
+SPAN_P = 0.2
+SPAN_MAX_WORDS = 10
+
+
+def select_positions(rng, input_ids, mask_prob: float, special: SpecialIds = SpecialIds(),
+                     selection: str = 'token') -> Masked:
   """The positions to predict, with the input still unchanged (`input_ids` as given).
 
   Candidates are non-padding tokens other than [CLS], [SEP] and [MASK]. Each sequence predicts
-  max(1, min(N, round(num_tokens * mask_prob))) of them, num_tokens counting [CLS]/[SEP].
+  max(1, min(N, round(num_tokens * mask_prob))) tokens, num_tokens counting [CLS]/[SEP].
+  `selection` 'token' draws them one by one; 'whole_word' and 'span' draw whole words
+  (`select_words`), so a sequence may predict fewer when no remaining word fits the budget.
   Deliberate difference from the original: positions are drawn WITHOUT replacement (uniform
   random scores, top-N), where the original's sampling with replacement allowed duplicates.
   """
   batch, length = input_ids.shape
   slots = num_slots(length, mask_prob)
   is_candidate = candidates(input_ids, special)
+  num_tokens = jnp.sum(input_ids != special.pad, axis=-1)
+  num_to_predict = jnp.clip(jnp.round(num_tokens * mask_prob), 1, slots).astype(jnp.int32)
+  if selection != 'token':
+    word_rng, rng = jax.random.split(rng)
+    is_candidate = select_words(word_rng, input_ids, num_to_predict, slots, special, selection)
   # Uniform scores in (0, 1] for candidates and -1 for the rest: the top-N are a uniformly random
   # subset of candidates, and non-candidates only appear when a sequence has fewer than N.
   scores = jnp.where(is_candidate, 1.0 - jax.random.uniform(rng, (batch, length)), -1.0)
   top_scores, positions = jax.lax.top_k(scores, slots)
-  num_tokens = jnp.sum(input_ids != special.pad, axis=-1)
-  num_to_predict = jnp.clip(jnp.round(num_tokens * mask_prob), 1, slots).astype(jnp.int32)
   weights = (jnp.arange(slots)[None, :] < num_to_predict[:, None]) & (top_scores > 0)
   targets = jnp.take_along_axis(input_ids, positions, axis=1)
   return Masked(input_ids, positions, weights.astype(jnp.float32), targets)
 
 
+def word_numbers(input_ids, special: SpecialIds):
+  """[B, L] the word each candidate token belongs to, numbered from 0 in each sequence; -1 for
+  the other tokens.
+
+  A word starts at a piece the vocabulary marks as a word start (sentencepiece's '▁', any
+  WordPiece piece without '##') and at any candidate after a non-candidate ([CLS], [SEP], [MASK]),
+  so a word never spans a special token.
+  """
+  if not special.word_starts:
+    raise ValueError('whole-word and span masking need the vocabulary\'s word starts: build '
+                     'SpecialIds with word_starts=data.vocab.word_starts(vocab)')
+  table = jnp.asarray(np.frombuffer(special.word_starts, np.uint8).astype(bool))
+  is_candidate = candidates(input_ids, special)
+  after_other = jnp.pad(~is_candidate[:, :-1], ((0, 0), (1, 0)), constant_values=True)
+  begins = is_candidate & (table[input_ids] | after_other)
+  return jnp.where(is_candidate, jnp.cumsum(begins, axis=1) - 1, -1)
+
+
+def select_words(rng, input_ids, budget, slots: int, special: SpecialIds, selection: str):
+  """[B, L] True at the tokens of the selected whole words, at most `budget` [B] (<= `slots`)
+  per sequence.
+
+  'whole_word' is BERT's --do_whole_word_mask: the words in a random order, each taken if its
+  tokens still fit the budget. 'span' is SpanBERT's: spans of span_lengths() words from uniformly
+  drawn starting words not yet selected, each cut to the words that still fit.
+  """
+  words = word_numbers(input_ids, special)
+  batch, length = words.shape
+  rows = jnp.arange(batch)[:, None]
+  # Tokens per word number ([B, L]: at most L words; 0 where a sequence has fewer).
+  sizes = jnp.zeros((batch, length + 1), jnp.int32).at[rows, jnp.where(
+      words >= 0, words, length)].add(1)[:, :length]
+  if selection == 'whole_word':
+    chosen = _shuffled_words(rng, sizes, budget)
+  elif selection == 'span':
+    chosen = _spans(rng, sizes, budget, slots)
+  else:
+    raise ValueError(f'masking {selection!r}: use one of {", ".join(SELECTIONS)}')
+  return (words >= 0) & jnp.take_along_axis(chosen, jnp.maximum(words, 0), axis=1)
+
+
+def _shuffled_words(rng, sizes, budget):
+  """[B, W] the words taken when each sequence's words, in a random order, are taken while
+  their tokens fit; a word that does not fit is passed over for the next."""
+  batch, num_words = sizes.shape
+  scores = jnp.where(sizes > 0, jax.random.uniform(rng, sizes.shape), -1.0)
+  order = jnp.argsort(-scores, axis=1)
+  ordered = jnp.take_along_axis(sizes, order, axis=1)
+
+  def take(total, size):
+    fits = (size > 0) & (total + size <= budget)
+    return total + jnp.where(fits, size, 0), fits
+
+  _, taken = jax.lax.scan(take, jnp.zeros([batch], jnp.int32), ordered.T)
+  return jnp.zeros((batch, num_words), bool).at[jnp.arange(batch)[:, None], order].set(taken.T)
+
+
+def span_lengths(rng, shape, p: float = SPAN_P, max_words: int = SPAN_MAX_WORDS):
+  """Span lengths in words: geometric, P(k) = p (1 - p)^(k - 1), then clipped at max_words."""
+  u = 1.0 - jax.random.uniform(rng, shape)  # (0, 1]
+  drawn = 1 + jnp.floor(jnp.log(u) / jnp.log1p(-p))
+  return jnp.clip(drawn, 1, max_words).astype(jnp.int32)
+
+
+def _spans(rng, sizes, budget, num_attempts: int):
+  """[B, W] the words of SpanBERT-style spans, from `num_attempts` draws.
+
+  Each attempt draws a length and a starting word; a start already selected is passed over, and a
+  span is cut after the last of its words whose tokens still fit the budget. One attempt per slot
+  is enough: every accepted span adds at least one token.
+  """
+  batch, num_words = sizes.shape
+  length_rng, start_rng = jax.random.split(rng)
+  lengths = span_lengths(length_rng, (num_attempts, batch))
+  present = jnp.sum(sizes > 0, axis=1)
+  starts = jnp.floor(jax.random.uniform(start_rng, (num_attempts, batch)) * present).astype(
+      jnp.int32)
+  index = jnp.arange(num_words)[None, :]
+
+  def attempt(chosen, drawn):
+    span_words, start = drawn
+    total = jnp.sum(jnp.where(chosen, sizes, 0), axis=1)
+    free = ~jnp.take_along_axis(chosen, start[:, None], axis=1)[:, 0] & (present > 0)
+    in_span = (index >= start[:, None]) & (index < (start + span_words)[:, None]) & (sizes > 0)
+    added = jnp.cumsum(jnp.where(in_span & ~chosen, sizes, 0), axis=1)
+    takes = in_span & free[:, None] & (total[:, None] + added <= budget[:, None])
+    return chosen | takes, None
+
+  chosen, _ = jax.lax.scan(attempt, jnp.zeros((batch, num_words), bool), (lengths, starts))
+  return chosen
+
+
 def mask_inputs(rng, input_ids, mask_prob: float, special: SpecialIds = SpecialIds(),
-                mask_token_prob: float = 0.85) -> Masked:
+                mask_token_prob: float = 0.85, selection: str = 'token') -> Masked:
   """ELECTRA's masking: selects positions and writes [MASK] into 85% of them.
 
   A selected position keeps its token with probability 1 - mask_token_prob; ELECTRA never
   writes random tokens (unlike BERT's 80/10/10, `bert_mask_inputs`).
   """
   select_rng, keep_rng = jax.random.split(rng)
-  selected = select_positions(select_rng, input_ids, mask_prob, special)
+  selected = select_positions(select_rng, input_ids, mask_prob, special, selection)
   use_mask_token = (jax.random.bernoulli(keep_rng, mask_token_prob, selected.positions.shape)
                     & (selected.weights > 0))
   written = jnp.where(use_mask_token, special.mask, selected.targets)
@@ -96,14 +208,14 @@ def mask_inputs(rng, input_ids, mask_prob: float, special: SpecialIds = SpecialI
 
 def bert_mask_inputs(rng, input_ids, mask_prob: float, vocab_size: int,
                      special: SpecialIds = SpecialIds(), mask_token_prob: float = 0.8,
-                     random_token_prob: float = 0.1) -> Masked:
+                     random_token_prob: float = 0.1, selection: str = 'token') -> Masked:
   """BERT's masking: the same selection; of the selected, 80% [MASK], 10% random, 10% unchanged.
 
   The random token is drawn uniformly from the non-special ids (`random_tokens`); like BERT's,
   it may by chance equal the original.
   """
   select_rng, choice_rng, token_rng = jax.random.split(rng, 3)
-  selected = select_positions(select_rng, input_ids, mask_prob, special)
+  selected = select_positions(select_rng, input_ids, mask_prob, special, selection)
   choice = jax.random.uniform(choice_rng, selected.positions.shape)
   random_ids = random_tokens(token_rng, selected.positions.shape, vocab_size, special)
   written = jnp.where(choice < mask_token_prob, special.mask,
@@ -119,7 +231,7 @@ def random_tokens(rng, shape, vocab_size: int, special: SpecialIds = SpecialIds(
   would be one the model never sees there. Other reserved pieces (a WordPiece vocab's [unused*])
   stay candidates: nothing marks them special.
   """
-  excluded = sorted(set(special))
+  excluded = sorted(set(special.ids()))
   ids = jax.random.randint(rng, shape, 0, vocab_size - len(excluded))
   for special_id in excluded:  # ascending, so each shift moves past the excluded ids below it
     ids = ids + (ids >= special_id)

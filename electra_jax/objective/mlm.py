@@ -19,7 +19,7 @@ def prepare(rng, input_ids, config: ml_collections.ConfigDict,
             special: SpecialIds = SpecialIds()) -> Prepared:
   """BERT masking for the whole batch; nothing is sampled, so there are no sample keys."""
   masked = masking.bert_mask_inputs(rng, input_ids, config.mask_prob, config.model.vocab_size,
-                                    special)
+                                    special, selection=config.get('masking', 'token'))
   return Prepared(masked, None, jnp.sum(masked.weights), masking.count_tokens(input_ids, special))
 
 

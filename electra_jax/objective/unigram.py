@@ -28,7 +28,8 @@ def prepare(rng, input_ids, config: ml_collections.ConfigDict,
   """Selected positions with unigram draws written in, for the whole batch; nothing is left to
   sample in the loss, so there are no sample keys."""
   select_rng, draw_rng = jax.random.split(rng)
-  selected = masking.select_positions(select_rng, input_ids, config.mask_prob, special)
+  selected = masking.select_positions(select_rng, input_ids, config.mask_prob, special,
+                                      config.get('masking', 'token'))
   drawn = masking.unigram_replacements(draw_rng, input_ids, selected.positions.shape, special)
   return Prepared(masking.write(selected, drawn), None, jnp.sum(selected.weights),
                   masking.count_tokens(input_ids, special))

@@ -30,6 +30,7 @@ from electra_jax.common import interrupts, run_lock, storage
 from electra_jax.training import compile_cache, frozen_generator, health, report, two_stage
 from electra_jax.training import rng as rng_lib
 from electra_jax.data import pipeline, run_vocab
+from electra_jax.data import vocab as vocab_lib
 from electra_jax.model.networks import count_params, init_params
 
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
@@ -167,8 +168,21 @@ def eval_step(params, batch, rng, *, model, config, special):
   return stats
 
 
-def compile_steps(config, model, optimizer, mesh, special=objective.SpecialIds()):
+def special_ids(config, vocab=None) -> objective.SpecialIds:
+  """What the objective reads of the vocabulary: the special ids and, for whole-word and span
+  masking, which pieces start a word. Without a vocabulary (compiling, benchmarking) the default
+  ids, and every piece a word start: a program of the same shape and cost."""
+  whole_words = config.get('masking', 'token') != 'token'
+  if vocab is None:
+    return objective.SpecialIds(
+        word_starts=b'\x01' * config.model.vocab_size if whole_words else b'')
+  return objective.SpecialIds(vocab.pad_id, vocab.cls_id, vocab.sep_id, vocab.mask_id,
+                              vocab.unk_id, vocab_lib.word_starts(vocab) if whole_words else b'')
+
+
+def compile_steps(config, model, optimizer, mesh, special=None):
   """The jitted train/eval steps and the shardings they expect."""
+  special = special_ids(config) if special is None else special
   replicated = NamedSharding(mesh, P())
   batch_sharding = NamedSharding(mesh, P('data'))
   train = jax.jit(
@@ -300,8 +314,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   optimizer = optim.make_optimizer(config)
   schedule = optim.learning_rate_schedule(config.learning_rate, config.warmup_steps,
                                           config.num_train_steps)
-  special = objective.SpecialIds(vocab.pad_id, vocab.cls_id, vocab.sep_id, vocab.mask_id,
-                                 vocab.unk_id)
+  special = special_ids(config, vocab)
   train, evaluate, replicated, batch_sharding = compile_steps(config, model, optimizer, mesh,
                                                               special)
   cache = compile_cache.use(config.compilation_cache_dir, workdir)

@@ -131,6 +131,9 @@ def validate(config: ml_collections.ConfigDict, num_devices: int):
       raise UsageError(f'config.two_stage_steps={two_stage_steps} must be between 0 and '
                        f'num_train_steps={config.num_train_steps}, so that both stages run')
   check_temperatures(config)
+  if config.get('masking', 'token') not in masking.SELECTIONS:
+    raise UsageError(f'config.masking={config.masking!r}: use one of '
+                     f"{', '.join(masking.SELECTIONS)}")
   if config.dtype not in ('float32', 'bfloat16'):
     raise UsageError(f"config.dtype={config.dtype!r}: use 'float32' or 'bfloat16'")
   if config.get('sampler', 'categorical') not in masking.SAMPLERS:
