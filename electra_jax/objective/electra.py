@@ -67,8 +67,11 @@ def generate_and_discriminate(apply_fn, params, batch, prepared: Prepared, dropo
   input_ids, segment_ids = batch['input_ids'], batch['segment_ids']
   masked, variables = prepared.masked, {'params': params}
 
-  # Step 4: the generator, with logits at the selected positions only.
-  gen_logits = apply_fn(variables, masked.input_ids, segment_ids, masked.positions, not train,
+  # Step 4: the generator, with logits at the selected positions only. A frozen one
+  # (config.generator_init) is a fixed language model, run without dropout.
+  frozen = bool(config.get('generator_init', ''))
+  gen_logits = apply_fn(variables, masked.input_ids, segment_ids, masked.positions,
+                        not train or frozen,
                         method='generate', rngs={'dropout': gen_rng})
   mlm_loss = mlm.cross_entropy(gen_logits, masked, prepared.mlm_count)
 
