@@ -64,6 +64,30 @@ def load_config(name: str):
   return load_config_file(str(REPO / 'configs' / f'{name}.py'))
 
 
+def prepare_wikitext(out, eval_text: bool = True):
+  """WikiText-2 valid (and, with `eval_text`, test for evaluation) prepared into `out` with a
+  1,000-piece vocabulary at length 32: the corpus of the tests that run the trainer on real text."""
+  from electra_jax.data import prepared_dir  # pylint: disable=g-import-not-at-top
+  config = load_config('tiny')
+  config.max_seq_length = 32
+  config.model.vocab_size = 1000
+  config.data.update(train_files=str(WIKITEXT / 'wiki.valid.raw'), prepare_workers=1,
+                     eval_files=str(WIKITEXT / 'wiki.test.raw') if eval_text else '')
+  prepared_dir.prepare_dataset(config, str(out))
+  return out
+
+
+def set_fields(config, overrides: dict):
+  """`config` with each field of `overrides` ('lr', 'model.hidden_size', ...) set; returned."""
+  for field, value in overrides.items():
+    *parents, name = field.split('.')
+    node = config
+    for parent in parents:
+      node = node[parent]
+    node[name] = value
+  return config
+
+
 def compile_train_step(config):
   """(the train step of `config` compiled ahead of time on one device for its batch shape, the
   abstract train state it takes): aot.py's lowering, for this host's first device."""

@@ -16,10 +16,9 @@ import json
 import numpy as np
 import pytest
 
-from conftest import load_config
+from conftest import load_config, prepare_wikitext, set_fields
 from electra_jax.common import cli
 from electra_jax.common.errors import UsageError
-from electra_jax.data import prepared_dir
 from electra_jax.training import train
 
 # Each switch as config overrides on the shrunk tiny config below.
@@ -59,14 +58,8 @@ STEPS, PREEMPTED_AT = 30, 18
 @pytest.fixture(scope='module')
 def corpus(tmp_path_factory, wikitext):
   """WikiText-2 valid (training) and test (evaluation) prepared once with a 1,000-piece vocab."""
-  out = tmp_path_factory.mktemp('switch_corpus')
-  config = load_config('tiny')
-  config.max_seq_length = 32
-  config.model.vocab_size = 1000
-  config.data.update(train_files=str(wikitext / 'wiki.valid.raw'),
-                     eval_files=str(wikitext / 'wiki.test.raw'), prepare_workers=1)
-  prepared_dir.prepare_dataset(config, str(out))
-  return out
+  del wikitext  # skips where the real data is absent
+  return prepare_wikitext(tmp_path_factory.mktemp('switch_corpus'))
 
 
 def switch_config(corpus, overrides: dict):
@@ -75,13 +68,7 @@ def switch_config(corpus, overrides: dict):
   config.update(batch_size=8, max_seq_length=32, num_train_steps=STEPS, warmup_steps=5,
                 log_every=6, save_every=12, eval_every=15, eval_steps=1, keep_checkpoints=10)
   config.data.prepared_dir = str(corpus)
-  for field, value in overrides.items():
-    *parents, name = field.split('.')
-    node = config
-    for parent in parents:
-      node = node[parent]
-    node[name] = value
-  return config
+  return set_fields(config, overrides)
 
 
 def read_lines(workdir):

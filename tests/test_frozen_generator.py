@@ -12,11 +12,11 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import REPO, load_config
+from conftest import REPO, load_config, prepare_wikitext, set_fields
 from electra_jax.common import cli
 from electra_jax.common import config as config_lib
 from electra_jax.common.errors import UsageError
-from electra_jax.data import prepared_dir, vocab as vocab_lib
+from electra_jax.data import vocab as vocab_lib
 from electra_jax.hf import exporting, generator_source
 from electra_jax.training import checkpoint, flops, frozen_generator, train, validation
 
@@ -29,13 +29,8 @@ MODEL = dict(vocab_size=1000, hidden_size=64, num_heads=1, intermediate_size=256
 @pytest.fixture(scope='module')
 def corpus(tmp_path_factory, wikitext):
   """WikiText-2 valid, prepared once with a 1,000-piece vocabulary at length 32."""
-  out = tmp_path_factory.mktemp('frozen_corpus')
-  config = load_config('tiny')
-  config.max_seq_length = 32
-  config.model.vocab_size = 1000
-  config.data.update(train_files=str(wikitext / 'wiki.valid.raw'), prepare_workers=1)
-  prepared_dir.prepare_dataset(config, str(out))
-  return out
+  del wikitext  # skips where the real data is absent
+  return prepare_wikitext(tmp_path_factory.mktemp('frozen_corpus'), eval_text=False)
 
 
 def run_config(corpus, **overrides):
@@ -44,13 +39,7 @@ def run_config(corpus, **overrides):
   config.update(batch_size=8, max_seq_length=32, num_train_steps=STEPS, warmup_steps=0,
                 log_every=2, save_every=2, eval_every=0, keep_checkpoints=10)
   config.data.prepared_dir = str(corpus) if corpus else ''
-  for field, value in overrides.items():
-    *parents, name = field.split('.')
-    node = config
-    for parent in parents:
-      node = node[parent]
-    node[name] = value
-  return config
+  return set_fields(config, overrides)
 
 
 def frozen_config(corpus, source, **overrides):
