@@ -3,10 +3,12 @@
 A tiny MLM run on WikiText-2 is the generator. An ELECTRA run started from it keeps the
 generator bitwise equal to the MLM's weights, holds no optimizer state for it and trains the
 discriminator. It also resumes exactly after a stop, exports and fine-tunes. A Hugging Face
-ElectraForMaskedLM directory works as the source too. Each misuse is one UsageError.
+ElectraForMaskedLM directory works as the source too, and so does a BertForMaskedLM, whose
+logits under our generator are transformers'. Each misuse is one UsageError.
 """
 
 import json
+import shutil
 
 import jax
 import numpy as np
@@ -18,6 +20,7 @@ from electra_jax.common import config as config_lib
 from electra_jax.common.errors import UsageError
 from electra_jax.data import vocab as vocab_lib
 from electra_jax.hf import exporting, generator_source
+from electra_jax.model import networks
 from electra_jax.training import checkpoint, flops, frozen_generator, train, validation
 
 STEPS = 4
@@ -255,17 +258,119 @@ def test_a_generator_of_another_shape_is_refused_naming_the_fix(mlm_source, corp
     frozen_generator.check_fits(source, config, {})
 
 
-def test_a_bert_directory_is_refused_naming_what_is_read(tmp_path):
-  (tmp_path / 'config.json').write_text(json.dumps({
-      'model_type': 'bert', 'architectures': ['BertForMaskedLM'], 'hidden_size': 64}))
-  with pytest.raises(UsageError, match="is a BERT checkpoint \\(BertForMaskedLM\\), whose "
-                                       'masked-LM head electra_jax does not read; pass a Hugging '
-                                       'Face ElectraForMaskedLM directory'):
-    generator_source.read(str(tmp_path), run_config(None).model)
-
-
 def test_a_changed_generator_init_is_refused_on_resume(frozen_run, mlm_source):
   config = exporting.load_run_config(str(frozen_run))
   config.generator_init = ''
   with pytest.raises(UsageError, match=f"holds a run with generator_init '{mlm_source}', not ''"):
     config_lib.check_workdir_config(config, str(frozen_run))
+
+
+# ---- a Hugging Face BertForMaskedLM as the source ---------------------------------------------
+
+LOGITS_ATOL = 1e-4  # float32 logits, ours against transformers'; measured 1.8e-6
+
+
+def bert_config(**overrides):
+  """A transformers BertConfig of the run's generator's shape (E = H = 64, one layer)."""
+  transformers = pytest.importorskip('transformers')
+  m = run_config(None).model
+  return transformers.BertConfig(
+      vocab_size=m.vocab_size, hidden_size=64, num_hidden_layers=1, num_attention_heads=1,
+      intermediate_size=256, max_position_embeddings=m.max_position_embeddings,
+      type_vocab_size=m.type_vocab_size, **overrides)
+
+
+@pytest.fixture(scope='module')
+def bert_dir(corpus, tmp_path_factory):
+  """A random BertForMaskedLM over the corpus's vocabulary, saved by transformers. Every weight
+  is moved off its init, so that no bias is zero and no LayerNorm the identity."""
+  torch = pytest.importorskip('torch')
+  transformers = pytest.importorskip('transformers')
+  torch.manual_seed(0)
+  model = transformers.BertForMaskedLM(bert_config())
+  with torch.no_grad():
+    for value in model.parameters():
+      value.add_(0.1 * torch.randn_like(value))
+  directory = tmp_path_factory.mktemp('bert')
+  model.save_pretrained(directory)
+  shutil.copy(corpus / 'vocab.model', directory / 'vocab.model')
+  return directory
+
+
+def masked_wikitext(vocab_path, wikitext, length=32):
+  """Two real sequences, [CLS] text [SEP] (the second padded, with a second segment), and at
+  five positions of each, the first three [MASK]ed: (input_ids, segment_ids, positions)."""
+  lines = [l.strip() for l in (wikitext / 'wiki.valid.raw').read_text().splitlines()
+           if len(l.split()) > 20][:2]
+  pieces = vocab_lib.load_vocab(str(vocab_path)).encode(lines)
+  ids, segments = np.zeros((2, length), np.int32), np.zeros((2, length), np.int32)
+  for row, (piece_ids, used) in enumerate(zip(pieces, (length - 2, 20))):
+    ids[row, :used + 2] = [2, *piece_ids[:used], 3]
+  segments[1, 10:22] = 1
+  positions = np.array([[1, 5, 9, 17, 30], [2, 4, 12, 15, 20]], np.int32)
+  ids[np.arange(2)[:, None], positions[:, :3]] = 4
+  return ids, segments, positions
+
+
+def test_a_bert_masked_lm_predicts_under_our_generator_what_it_does_in_transformers(
+    bert_dir, corpus, wikitext):
+  torch = pytest.importorskip('torch')
+  transformers = pytest.importorskip('transformers')
+  config = frozen_config(corpus, bert_dir)
+  source = generator_source.read(str(bert_dir), config.model)
+  assert source.name == f"the BertForMaskedLM in '{bert_dir}'"
+  model = networks.Electra(config.model, embedding_sharing='none')
+  params = networks.init_params(model, jax.random.PRNGKey(0), 32)
+  frozen_generator.check_fits(source, config, params)
+  params = frozen_generator.merge(frozen_generator.trainable(params), source.params)
+  ids, segments, positions = masked_wikitext(corpus / 'vocab.model', wikitext)
+  ours = np.asarray(model.apply({'params': params}, ids, segments, positions,
+                                method=networks.Electra.generate))
+  bert = transformers.BertForMaskedLM.from_pretrained(bert_dir, dtype=torch.float32).eval()
+  with torch.no_grad():
+    theirs = bert(input_ids=torch.tensor(ids, dtype=torch.long),
+                  attention_mask=torch.tensor(ids != 0, dtype=torch.long),
+                  token_type_ids=torch.tensor(segments, dtype=torch.long)).logits.numpy()
+  theirs = np.take_along_axis(theirs, positions[..., None], axis=1)
+  print(f'max |ours - transformers| over {theirs.size} logits: {np.abs(ours - theirs).max():.2e}')
+  np.testing.assert_allclose(ours, theirs, rtol=0, atol=LOGITS_ATOL)
+  assert np.abs(theirs).max() > 1 and (ours.argmax(-1) == theirs.argmax(-1)).all()
+  # A run whose generator has another shape is told the flags that give it BERT's.
+  other = run_config(None, **{'model.embedding_size': 32})
+  with pytest.raises(UsageError, match=' embedding_size 64 .*; set --config.model.generator_'
+                                       'hidden_size=64 --config.model.embedding_size=64$'):
+    frozen_generator.check_fits(source, other, {})
+
+
+def test_a_bert_generator_stays_bitwise_what_was_loaded_while_the_discriminator_trains(
+    bert_dir, corpus, tmp_path):
+  workdir = train_run(frozen_config(corpus, bert_dir), tmp_path / 'run')
+  at_2, at_4 = params_at(workdir, 2), params_at(workdir, 4)
+  loaded = generator_source.read(str(bert_dir), run_config(None).model).params
+  for params in (at_2, at_4):
+    assert_equal_trees(frozen_generator.frozen(params), loaded)
+  assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(at_2['discriminator']),
+                                                      jax.tree.leaves(at_4['discriminator'])))
+  last = json.loads((workdir / 'metrics.jsonl').read_text().splitlines()[-1])
+  assert np.isfinite(last['disc_loss']) and 0 <= last['mlm_accuracy'] <= 1
+
+
+@pytest.mark.parametrize('architecture, overrides, message', [
+    ('BertModel', {},
+     "'{dir}' has no masked-LM head: it lacks cls.predictions.transform.dense.weight, "
+     'cls.predictions.transform.dense.bias, cls.predictions.transform.LayerNorm.weight, '
+     'cls.predictions.transform.LayerNorm.bias, cls.predictions.bias (a BertModel is the '
+     'encoder alone and predicts no tokens); pass a BertForMaskedLM or BertForPreTraining '
+     'directory'),
+    ('BertForMaskedLM', {'hidden_act': 'gelu_new'},
+     "config.generator_init='{dir}' has hidden_act 'gelu_new', and electra_jax's generator "
+     "computes exact (erf) GELU, 'gelu', in its encoder and MLM head, so it would not predict "
+     "what this model predicts; pass a masked LM trained with hidden_act 'gelu' (as Google's "
+     'BERT and ELECTRA checkpoints are)')])
+def test_a_bert_without_a_masked_lm_head_or_of_another_activation_is_refused(
+    tmp_path, architecture, overrides, message):
+  transformers = pytest.importorskip('transformers')
+  getattr(transformers, architecture)(bert_config(**overrides)).save_pretrained(tmp_path)
+  with pytest.raises(UsageError) as refused:
+    generator_source.read(str(tmp_path), run_config(None).model)
+  assert str(refused.value) == message.format(dir=tmp_path)

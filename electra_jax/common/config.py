@@ -45,7 +45,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.embedding_sharing = 'shared'  # 'shared' (the paper's), 'none', 'all' or 'gdes' (DeBERTa-v3's)
   c.two_stage_steps = 0        # > 0: two-stage training, the generator alone for this many steps
   c.generator_kind = 'mlm'     # 'mlm' (the paper's generator) or 'unigram' (no generator network)
-  # A frozen generator: an MLM run's workdir or a HF ElectraForMaskedLM dir; '' = trained jointly
+  # Frozen generator: an MLM run's workdir or a HF Electra/BertForMaskedLM dir; '' = trained jointly
   c.generator_init = ''
 
   c.learning_rate = 5e-4       # AdamW as the original: peak of warmup x linear decay from step 0

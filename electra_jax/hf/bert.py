@@ -1,4 +1,4 @@
-"""A BERT checkpoint read as an ELECTRA discriminator's encoder.
+"""A BERT checkpoint read as an ELECTRA discriminator's encoder, or as a generator.
 
 ELECTRA's discriminator is BERT's encoder: the same embedding block, the same post-LayerNorm
 layers, the same tensor names with `electra.` where BERT has `bert.`. BERT has no projection
@@ -11,6 +11,13 @@ on one task, with one fine-tuning loop and recipe, is what this is for.
 What BERT has and ELECTRA does not is left out, and the log says so: the pooler (a tanh dense
 layer on [CLS] that BERT's own classifiers read; ELECTRA's head reads [CLS] directly) and the
 pretraining heads (`cls.*`: masked LM and next-sentence prediction).
+
+A frozen generator (config.generator_init, hf/generator_source.py) keeps the masked-LM head too
+(`masked_lm_tensors`). BERT's head is dense(H -> H) + activation -> LayerNorm -> the tied word
+embeddings plus a bias; ELECTRA's generator head is dense(H -> E) + GELU -> LayerNorm -> the
+same. With E = H and exact GELU (`hidden_act` "gelu", which model_config.check_supported
+requires) the two compute the same logits, so a BertForMaskedLM or BertForPreTraining is an
+ElectraForMaskedLM under other names. Only the next-sentence head and the pooler are left out.
 """
 
 from typing import Any
@@ -22,6 +29,17 @@ from electra_jax.common.errors import UsageError
 # Pretrained BERTs; a task model (BertForSequenceClassification, ...) is refused by name.
 ARCHITECTURES = ('BertModel', 'BertForMaskedLM', 'BertForPreTraining')
 LEFT_OUT = ('pooler.', 'cls.')  # tensor names, once `bert.` is taken off
+# BertLMPredictionHead's modules -> ElectraForMaskedLM's. The decoder's weight is the word table
+# (tied; params.from_hf checks it) and its bias is `cls.predictions.bias`, which older files
+# also hold as `cls.predictions.decoder.bias`.
+MASKED_LM_HEAD = {'cls.predictions.transform.dense': 'generator_predictions.dense',
+                  'cls.predictions.transform.LayerNorm': 'generator_predictions.LayerNorm',
+                  'cls.predictions.decoder': 'generator_lm_head',
+                  'cls.predictions': 'generator_lm_head'}
+# What a masked LM cannot lack (the decoder's weight is the word table, its bias either name).
+_HEAD_REQUIRED = ('cls.predictions.transform.dense.weight', 'cls.predictions.transform.dense.bias',
+                  'cls.predictions.transform.LayerNorm.weight',
+                  'cls.predictions.transform.LayerNorm.bias', 'cls.predictions.bias')
 # TensorFlow-era PyTorch files name a LayerNorm's scale and shift gamma and beta.
 _OLD_LAYER_NORM = {'gamma': 'weight', 'beta': 'bias'}
 
@@ -30,8 +48,10 @@ def is_bert(config: dict[str, Any]) -> bool:
   return config.get('model_type') == 'bert'
 
 
-def electra_config(config: dict[str, Any], source: str) -> dict[str, Any]:
-  """The ElectraConfig fields of the encoder that a BERT config.json describes."""
+def electra_config(config: dict[str, Any], source: str,
+                   architecture: str = 'ElectraForPreTraining') -> dict[str, Any]:
+  """The ElectraConfig fields of the network that a BERT config.json describes, as the ELECTRA
+  `architecture` (ElectraForMaskedLM to keep the masked-LM head)."""
   task_models = [name for name in config.get('architectures') or [] if name not in ARCHITECTURES]
   if task_models:
     raise UsageError(f'{source} describes a {task_models[0]}; of BERT models electra_jax starts '
@@ -39,14 +59,20 @@ def electra_config(config: dict[str, Any], source: str) -> dict[str, Any]:
   if 'hidden_size' not in config:
     raise UsageError(f'{source} has no "hidden_size"; a BERT config.json gives every size field')
   return {**config, 'model_type': 'electra', 'embedding_size': config['hidden_size'],
-          'architectures': ['ElectraForPreTraining']}
+          'architectures': [architecture]}
+
+
+def _split(name: str) -> tuple[str, str]:
+  """(module, parameter) of a tensor name, a TensorFlow-era LayerNorm's gamma/beta renamed."""
+  head, _, last = name.rpartition('.')
+  if head.endswith('LayerNorm') and last in _OLD_LAYER_NORM:
+    last = _OLD_LAYER_NORM[last]
+  return head, last
 
 
 def _electra_name(bare: str) -> str:
-  head, _, last = bare.rpartition('.')
-  if head.endswith('LayerNorm') and last in _OLD_LAYER_NORM:
-    last = _OLD_LAYER_NORM[last]
-  return f'electra.{head}.{last}'
+  module, last = _split(bare)
+  return f'electra.{module}.{last}'
 
 
 def electra_tensors(tensors: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[str]]:
@@ -59,3 +85,31 @@ def electra_tensors(tensors: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarra
     else:
       renamed[_electra_name(bare)] = value
   return renamed, sorted(left_out)
+
+
+def _head_name(name: str) -> str:
+  """ElectraForMaskedLM's name of one tensor of BERT's masked-LM head (unknown ones unchanged,
+  for params.from_hf to name)."""
+  module, last = _split(name)
+  return f'{MASKED_LM_HEAD[module]}.{last}' if module in MASKED_LM_HEAD else name
+
+
+def masked_lm_tensors(tensors: dict[str, np.ndarray], source: str
+                      ) -> tuple[dict[str, np.ndarray], list[str]]:
+  """A BertForMaskedLM's (or BertForPreTraining's) encoder and masked-LM head under
+  ElectraForMaskedLM's names, and the names left out: the pooler and next-sentence head."""
+  renamed, left_out = electra_tensors(tensors)
+  head = [name for name in left_out if name.startswith('cls.predictions.')]
+  origin = {}
+  for name in head:
+    new = _head_name(name)
+    if new in origin and not np.array_equal(renamed[new], tensors[name]):
+      raise UsageError(f'{source}: {origin[new]} and {name} differ, and both are {new}; a '
+                       'BERT masked LM adds one output bias, so electra_jax cannot tell which')
+    renamed[new], origin[new] = tensors[name], name
+  missing = [name for name in _HEAD_REQUIRED if _head_name(name) not in renamed]
+  if missing:
+    raise UsageError(f"{source} has no masked-LM head: it lacks {', '.join(missing)} (a BertModel "
+                     'is the encoder alone and predicts no tokens); pass a BertForMaskedLM or '
+                     'BertForPreTraining directory')
+  return renamed, [name for name in left_out if name not in head]

@@ -29,7 +29,7 @@ class ModelDir(NamedTuple):
   config: dict[str, Any]         # the parsed config.json (a BERT's as ElectraConfig's fields)
   tensors: dict[str, np.ndarray]
   # How the tensors are laid out (a name in params.NETWORKS): the kind's, or 'encoder' for a
-  # BERT, whose encoder has no replaced-token head.
+  # BERT read as an encoder, which has no replaced-token head.
   network: str
 
 
@@ -119,18 +119,26 @@ def _kind(config: dict[str, Any], tensors: dict[str, np.ndarray], path: str) -> 
   return kinds[0]
 
 
-def read_model_dir(path: str, allow_pickle: bool = False) -> ModelDir:
+def read_model_dir(path: str, allow_pickle: bool = False, bert_masked_lm: bool = False
+                   ) -> ModelDir:
   """Reads and checks one ELECTRA model directory (config and weights, not the vocabulary), or
-  a BERT one as the discriminator's encoder (hf/bert.py)."""
+  a BERT one (hf/bert.py): as the discriminator's encoder, or, with `bert_masked_lm`, as an
+  ElectraForMaskedLM (a generator) with its masked-LM head."""
   config, source = read_config(path), os.path.join(path, 'config.json')
   if bert.is_bert(config):
-    config = bert.electra_config(config, source)
+    kind = 'generator' if bert_masked_lm else 'discriminator'
+    config = bert.electra_config(config, source, model_config.ARCHITECTURES[kind])
     model_config.check_supported(config, source)
-    tensors, left_out = bert.electra_tensors(read_tensors(path, allow_pickle))
-    logging.info("'%s' is a BERT checkpoint, read as an ELECTRA discriminator's encoder; left "
-                 'out: %d tensors of its pooler and pretraining heads (%s)', path, len(left_out),
-                 ', '.join(left_out) or 'none')
-    return ModelDir(path, 'discriminator', config, tensors, 'encoder')
+    tensors = read_tensors(path, allow_pickle)
+    if bert_masked_lm:
+      tensors, left_out = bert.masked_lm_tensors(tensors, f"'{path}'")
+      read_as, what = 'an ElectraForMaskedLM (a generator)', 'pooler and next-sentence head'
+    else:
+      tensors, left_out = bert.electra_tensors(tensors)
+      read_as, what = "an ELECTRA discriminator's encoder", 'pooler and pretraining heads'
+    logging.info("'%s' is a BERT checkpoint, read as %s; left out: %d tensors of its %s (%s)",
+                 path, read_as, len(left_out), what, ', '.join(left_out) or 'none')
+    return ModelDir(path, kind, config, tensors, 'generator' if bert_masked_lm else 'encoder')
   model_config.check_supported(config, source)
   tensors = read_tensors(path, allow_pickle)
   kind = _kind(config, tensors, path)

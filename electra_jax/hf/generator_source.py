@@ -1,12 +1,16 @@
-"""A Hugging Face ElectraForMaskedLM directory as a frozen generator (config.generator_init).
+"""A Hugging Face masked LM directory as a frozen generator (config.generator_init).
 
 training/frozen_generator.py reads our own runs. A Hugging Face directory is read here, with
 import's checks (hf/files.py, hf/model_config.py, hf/params.py). hf is the floor above training,
-so electra_jax.main hands `read` to train.train_and_evaluate. An ElectraForMaskedLM holds what
-the generator needs: its embedding block, encoder and MLM head. That is our export's generator/
-directory, an MLM run's mlm/ directory, or google/electra-*-generator. A BERT directory is
-refused. hf/bert.py reads a BERT as an encoder only, without its masked-LM head (`cls.*`). A
-discriminator (ElectraForPreTraining) is refused too: it predicts no tokens.
+so electra_jax.main hands `read` to train.train_and_evaluate. Two kinds hold what the generator
+needs, its embedding block, encoder and MLM head:
+  - an ElectraForMaskedLM: our export's generator/ directory, an MLM run's mlm/ directory, or
+    google/electra-*-generator;
+  - a BertForMaskedLM or BertForPreTraining, whose masked-LM head (`cls.predictions.*`) is our
+    generator head at E = H (hf/bert.py maps it); its pooler and next-sentence head are left
+    out. A BertModel has no such head and is refused, naming the tensors it lacks.
+The network must compute exact GELU (`hidden_act` "gelu"), as the generator does in its encoder
+and head. A discriminator (ElectraForPreTraining) is refused too: it predicts no tokens.
 """
 
 import os
@@ -19,19 +23,27 @@ from electra_jax.hf import bert, files, model_config, params as params_lib
 from electra_jax.model import networks
 from electra_jax.training import frozen_generator
 
-SUPPORTED = ('a Hugging Face ElectraForMaskedLM directory (our export\'s generator/ or mlm/), or '
-             'the workdir of one of our mlm or electra runs')
+SUPPORTED = ('a Hugging Face ElectraForMaskedLM (our export\'s generator/ or mlm/) or '
+             'BertForMaskedLM directory, or the workdir of one of our mlm or electra runs')
+
+
+def _check_activation(config: dict, directory: str):
+  """Exact GELU, or one UsageError: another activation predicts other tokens than ours would."""
+  act = config.get('hidden_act', 'gelu')  # BertConfig's and ElectraConfig's default
+  if act != 'gelu':
+    raise UsageError(f"config.generator_init='{directory}' has hidden_act {act!r}, and "
+                     "electra_jax's generator computes exact (erf) GELU, 'gelu', in its encoder "
+                     'and MLM head, so it would not predict what this model predicts; pass a '
+                     "masked LM trained with hidden_act 'gelu' (as Google's BERT and ELECTRA "
+                     'checkpoints are)')
 
 
 def read(directory: str, model: ml_collections.ConfigDict) -> frozen_generator.Source:
-  """The ElectraForMaskedLM in `directory` under the generator's names, its tensors checked
-  against its own config.json (the run's `model` supplies only what the file leaves open)."""
+  """The masked LM in `directory` under the generator's names, its tensors checked against its
+  own config.json (the run's `model` supplies only what the file leaves open)."""
   config = files.read_config(directory)
-  if bert.is_bert(config):
-    raise UsageError(f"config.generator_init='{directory}' is a BERT checkpoint "
-                     f"({', '.join(config.get('architectures') or ['BERT'])}), whose masked-LM "
-                     f'head electra_jax does not read; pass {SUPPORTED}')
-  model_dir = files.read_model_dir(directory)
+  _check_activation(config, directory)
+  model_dir = files.read_model_dir(directory, bert_masked_lm=True)
   if model_dir.kind != 'generator':
     raise UsageError(f"config.generator_init='{directory}' holds an ElectraForPreTraining (a "
                      f'discriminator), which predicts no tokens; pass {SUPPORTED}')
@@ -49,4 +61,6 @@ def read(directory: str, model: ml_collections.ConfigDict) -> frozen_generator.S
       hf['num_hidden_layers'], derived.embedding_size, derived.vocab_size,
       derived.max_position_embeddings, derived.type_vocab_size)
   params = {new: tree[old] for old, new in frozen_generator.RENAMED['electra'].items()}
-  return frozen_generator.Source(params, shape, f"the ElectraForMaskedLM in '{directory}'")
+  architecture = (config.get('architectures') or ['BERT masked LM' if bert.is_bert(config)
+                                                   else 'ElectraForMaskedLM'])[0]
+  return frozen_generator.Source(params, shape, f"the {architecture} in '{directory}'")

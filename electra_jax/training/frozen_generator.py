@@ -14,8 +14,9 @@ What DIR may be (`load`):
   - a workdir of one of our runs: objective 'mlm' (its embeddings, encoder and MLM head), or
     'electra' / 'electra_15' (its generator, named as networks.generator_view names it). Only its
     parameters are read, from its latest checkpoint;
-  - a Hugging Face ElectraForMaskedLM directory, read by hf/generator_source.py. Training may not
-    import hf (the floor above it), so the caller passes that reader in: electra_jax.main does.
+  - a Hugging Face ElectraForMaskedLM or BertForMaskedLM directory, read by
+    hf/generator_source.py. Training may not import hf (the floor above it), so the caller
+    passes that reader in: electra_jax.main does.
 Before anything is written, two things are checked. The source's vocabulary must be the run's
 (by fingerprint), and its network must have the run's generator's shape. Each mismatch raises
 one UsageError that names the fix.
@@ -104,7 +105,8 @@ def _saved_config(directory: str) -> dict:
   path = os.path.join(directory, 'config.json')
   if not storage.is_file(path):
     raise UsageError(f"config.generator_init='{directory}' has no config.json; pass the workdir "
-                     'of an mlm or electra run, or a Hugging Face ElectraForMaskedLM directory')
+                     'of an mlm or electra run, or a Hugging Face ElectraForMaskedLM or '
+                     'BertForMaskedLM directory')
   try:
     saved = json.loads(storage.read_text(path))
   except ValueError as e:
@@ -188,7 +190,7 @@ def read_run(directory: str) -> Source:
             else "generator_kind 'unigram' (no generator network)")
     raise UsageError(f"config.generator_init='{directory}' holds a run of {what}; pass a run of "
                      f"objective {', '.join(RUN_OBJECTIVES)}, or a Hugging Face "
-                     'ElectraForMaskedLM directory')
+                     'ElectraForMaskedLM or BertForMaskedLM directory')
   manager = checkpoint.make_manager(directory, saved.get('keep_checkpoints', 3))
   try:
     step = manager.latest_step()

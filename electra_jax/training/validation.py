@@ -87,7 +87,8 @@ def check_generator_init(config: ml_collections.ConfigDict):
                      'and name that directory')
   if not os.path.isdir(directory):
     raise UsageError(f'{what} does not exist or is not a directory; pass the workdir of an mlm '
-                     'or electra run, or a Hugging Face ElectraForMaskedLM directory')
+                     'or electra run, or a Hugging Face ElectraForMaskedLM or BertForMaskedLM '
+                     'directory')
 
 
 def validate(config: ml_collections.ConfigDict, num_devices: int):
