@@ -236,6 +236,33 @@ def test_a_word_masking_run_killed_mid_run_resumes_exactly(tmp_path, selection):
   assert check_same_as_uninterrupted(workdir, reference, STEPS) == 0.0
 
 
+def test_a_frozen_generator_run_killed_mid_run_resumes_exactly(corpus, tmp_path):
+  """config.generator_init: the generator is loaded only when a run starts, and after that the
+  checkpoint holds it. A restart after a SIGKILL must take it from there, unchanged."""
+  source = tmp_path / 'mlm'  # an MLM run of the generator's shape: 16 wide, one head, FFN 64
+  run(corpus, source, 2, '--config.objective=mlm', '--config.model.hidden_size=16',
+      '--config.model.num_heads=1', '--config.model.intermediate_size=64')
+  flags = (f'--config.generator_init={source}', '--config.embedding_sharing=none',
+           '--config.temperature_start=2.0')
+  reference = tmp_path / 'uninterrupted'
+  run(corpus, reference, STEPS, *flags)
+  workdir = tmp_path / 'killed'
+  process = subprocess.Popen(command(corpus, workdir, STEPS, *flags), env=env(), cwd=REPO,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  kill_once(process, workdir, 'step', np.random.default_rng(3), STEPS)
+  assert process.returncode == -signal.SIGKILL
+  assert 0 < max(logged_steps(workdir), default=0) < STEPS
+  run(corpus, workdir, STEPS, *flags)
+  assert check_same_as_uninterrupted(workdir, reference, STEPS) == 0.0
+  state, mlm = final_state(workdir, STEPS), final_state(source, 2)
+  generator = {k: v for k, v in state.items() if k.startswith("['params']['generator")}
+  assert generator and all(  # the MLM's embeddings, encoder and head, bit for bit
+      v.tobytes() == mlm[k.replace("['generator_embeddings']", "['embeddings']")
+                         .replace("['generator']", "['discriminator']")
+                         .replace("['generator_head']", "['mlm_head']")].tobytes()
+      for k, v in generator.items())
+
+
 @pytest.mark.slow
 def test_many_kills_resume_exactly(corpus, tmp_path):
   steps = 40
