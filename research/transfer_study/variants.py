@@ -180,12 +180,13 @@ def markdown(summary: dict) -> str:
     cells += ([f"{summary['total_flops'][start]:.3g}", f"{run['steps']:,}",
                f'{auc:.3f}' if auc is not None else '-', format_duration(wall)]
               if run else ['-'] * 4)
-    for task, metric in (('MRPC', 'accuracy'), ('chunk', 'f1')):
+    # GLUE's metrics are fractions; the tagger's F1 is already in percent.
+    for task, metric, scale in (('MRPC', 'accuracy', 100), ('chunk', 'f1', 1)):
       result = summary['finetuning'][start][task]
       if not result:
         cells += ['-', '-'] if task == 'MRPC' else ['-']
         continue
-      values = [100 * s[metric] for s in result['seeds'].values()]
+      values = [scale * s[metric] for s in result['seeds'].values()]
       cells.append(', '.join(f'{v:.2f}' for v in values) + f' ({statistics.median(values):.2f})')
       if task == 'MRPC':
         cells.append(f"{100 * result['median']['f1']:.2f}")

@@ -55,8 +55,10 @@ def test_the_table_names_every_start_and_marks_what_has_not_run():
   summary['finetuning']['electra']['MRPC'] = {
       'seeds': {'0': {'accuracy': 0.70}, '1': {'accuracy': 0.72}, '2': {'accuracy': 0.71}},
       'median': {'accuracy': 0.71, 'f1': 0.80}}
+  summary['finetuning']['electra']['chunk'] = {
+      'seeds': {'0': {'f1': 58.0}, '1': {'f1': 57.5}, '2': {'f1': 58.25}}, 'median': {'f1': 58.0}}
   lines = variants.markdown(summary).splitlines()
   assert len(lines) == 2 + len(variants.STARTS)
   assert lines[2] == ('| ELECTRA (token masking) | 6.6e+10 | 10 | 0.750 | 1m00s | '
-                      '70.00, 72.00, 71.00 (71.00) | 80.00 | - |')
+                      '70.00, 72.00, 71.00 (71.00) | 80.00 | 58.00, 57.50, 58.25 (58.00) |')
   assert lines[3].count('| - ') == 7
