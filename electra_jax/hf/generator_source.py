@@ -9,8 +9,8 @@ needs, its embedding block, encoder and MLM head:
   - a BertForMaskedLM or BertForPreTraining, whose masked-LM head (`cls.predictions.*`) is our
     generator head at E = H (hf/bert.py maps it); its pooler and next-sentence head are left
     out. A BertModel has no such head and is refused, naming the tensors it lacks.
-The network must compute exact GELU (`hidden_act` "gelu"), as the generator does in its encoder
-and head. A discriminator (ElectraForPreTraining) is refused too: it predicts no tokens.
+Import's model_config.check_supported refuses what the generator would not compute exactly
+(`hidden_act` other than "gelu", ...). A discriminator (ElectraForPreTraining) is refused too: it predicts no tokens.
 """
 
 import os
@@ -27,22 +27,10 @@ SUPPORTED = ('a Hugging Face ElectraForMaskedLM (our export\'s generator/ or mlm
              'BertForMaskedLM directory, or the workdir of one of our mlm or electra runs')
 
 
-def _check_activation(config: dict, directory: str):
-  """Exact GELU, or one UsageError: another activation predicts other tokens than ours would."""
-  act = config.get('hidden_act', 'gelu')  # BertConfig's and ElectraConfig's default
-  if act != 'gelu':
-    raise UsageError(f"config.generator_init='{directory}' has hidden_act {act!r}, and "
-                     "electra_jax's generator computes exact (erf) GELU, 'gelu', in its encoder "
-                     'and MLM head, so it would not predict what this model predicts; pass a '
-                     "masked LM trained with hidden_act 'gelu' (as Google's BERT and ELECTRA "
-                     'checkpoints are)')
-
-
 def read(directory: str, model: ml_collections.ConfigDict) -> frozen_generator.Source:
   """The masked LM in `directory` under the generator's names, its tensors checked against its
   own config.json (the run's `model` supplies only what the file leaves open)."""
   config = files.read_config(directory)
-  _check_activation(config, directory)
   model_dir = files.read_model_dir(directory, bert_masked_lm=True)
   if model_dir.kind != 'generator':
     raise UsageError(f"config.generator_init='{directory}' holds an ElectraForPreTraining (a "
