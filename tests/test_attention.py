@@ -49,7 +49,8 @@ def assert_close(actual, expected, tol):
 
 def layer_and_inputs(dtype):
   x = jax.random.normal(jax.random.key(1), (BATCH, LENGTH, WIDTH), jnp.float32).astype(dtype)
-  module = lambda impl: layers.SelfAttention(HEADS, 0.1, dtype, impl)
+  # The Pallas kernel runs in Pallas's interpret mode here; the other paths ignore the field.
+  module = lambda impl: layers.SelfAttention(HEADS, 0.1, dtype, impl, interpret=True)
   params = sharpened(module('einsum').init(jax.random.key(0), x, padding_mask(), True)['params'])
   return module, params, x
 
@@ -66,7 +67,7 @@ def test_pallas_attention_equals_the_einsum_path_forward_and_backward(dtype, tol
 
   grad = lambda impl: jax.grad(lambda p, x: loss(impl, p, x), argnums=(0, 1), has_aux=True)
   (einsum_params, einsum_x), einsum_out = grad('einsum')(params, x)
-  with layers.interpret_pallas(), jax.set_mesh(batch_mesh()):
+  with jax.set_mesh(batch_mesh()):
     (pallas_params, pallas_x), pallas_out = grad('pallas')(params, x)
 
   assert pallas_out.dtype == einsum_out.dtype == dtype
@@ -89,24 +90,26 @@ def jaxpr_of(module, mask, deterministic):
   return str(jax.make_jaxpr(lambda p: module.apply(p, x, mask, deterministic, rngs=rngs))(params))
 
 
-def test_auto_chooses_pallas_on_a_tpu_only_where_attention_dropout_is_off():
+def test_auto_chooses_pallas_on_a_tpu_and_it_runs_only_where_attention_dropout_is_off():
+  """'auto' for a TPU (as training/aot.py resolves it before building the model) is Pallas where
+  a mesh maps it over the batch's shards; the layer given it then runs the kernel only where
+  attention dropout is off and the mask is padding."""
   mask = padding_mask()
-  with layers.compiling_for('tpu'):
-    # No mesh to map the kernel over the batch's shards: einsum.
-    assert 'pallas_call' not in jaxpr_of(layers.SelfAttention(HEADS, 0.1, jnp.bfloat16), mask,
-                                         True)
-  with layers.compiling_for('tpu'), jax.set_mesh(batch_mesh()):
-    assert 'pallas_call' in jaxpr_of(layers.SelfAttention(HEADS, 0.1, jnp.bfloat16), mask, True)
-    assert 'pallas_call' in jaxpr_of(layers.SelfAttention(HEADS, 0.0, jnp.bfloat16), mask, False)
+  pallas = lambda rate: layers.SelfAttention(HEADS, rate, jnp.bfloat16, 'pallas')
+  # No mesh to map the kernel over the batch's shards: einsum.
+  assert layers.attention_kernel('auto', jnp.bfloat16, HEAD_DIM, LENGTH, 'tpu') == 'einsum'
+  with jax.set_mesh(batch_mesh()):
+    assert layers.attention_kernel('auto', jnp.bfloat16, HEAD_DIM, LENGTH, 'tpu') == 'pallas'
+    assert 'pallas_call' in jaxpr_of(pallas(0.1), mask, True)
+    assert 'pallas_call' in jaxpr_of(pallas(0.0), mask, False)
     # Pretraining with the paper's attention dropout: the einsum path, which applies it.
-    assert 'pallas_call' not in jaxpr_of(layers.SelfAttention(HEADS, 0.1, jnp.bfloat16), mask,
-                                         False)
+    assert 'pallas_call' not in jaxpr_of(pallas(0.1), mask, False)
     # A query-by-key mask (Electric's towers) is not segment ids: the einsum path.
     causal = jnp.tril(jnp.ones((BATCH, LENGTH, LENGTH), bool))
-    assert 'pallas_call' not in jaxpr_of(
-        layers.SelfAttention(HEADS, 0.0, jnp.bfloat16, 'pallas'), causal, True)
-  # Tracing for this CPU: no kernel of a TPU.
-  assert 'pallas_call' not in jaxpr_of(layers.SelfAttention(HEADS, 0.0, jnp.bfloat16), mask, True)
+    assert 'pallas_call' not in jaxpr_of(pallas(0.0), causal, True)
+    # Tracing for this CPU: no kernel of a TPU.
+    assert 'pallas_call' not in jaxpr_of(layers.SelfAttention(HEADS, 0.0, jnp.bfloat16), mask,
+                                         True)
 
 
 @pytest.mark.parametrize('platform,dtype,length,expected', [
@@ -120,8 +123,8 @@ def test_auto_chooses_pallas_on_a_tpu_only_where_attention_dropout_is_off():
     ('cpu', jnp.bfloat16, 128, 'einsum'),
 ])
 def test_attention_kernel_rule(platform, dtype, length, expected):
-  with layers.compiling_for(platform), jax.set_mesh(batch_mesh()):
-    assert layers.attention_kernel('auto', dtype, HEAD_DIM, length) == expected
+  with jax.set_mesh(batch_mesh()):
+    assert layers.attention_kernel('auto', dtype, HEAD_DIM, length, platform) == expected
 
 
 def test_explicit_pallas_where_it_cannot_run_is_refused_with_the_fix():

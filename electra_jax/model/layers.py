@@ -1,6 +1,4 @@
-"""The transformer's building blocks as Flax Linen modules: embeddings, attention, layers, the
-encoder and the two output heads. model/networks.py assembles them into the pretraining networks,
-finetune/ into the fine-tuning ones.
+"""The transformer's building blocks as Flax Linen modules, for model/networks.py and finetune/.
 
 The encoder is BERT's post-LayerNorm transformer with the original's numerics: exact (erf) GELU,
 LayerNorm epsilon 1e-12, additive large-negative padding mask, truncated-normal(0.02) init.
@@ -8,7 +6,7 @@ Parameters are float32; `dtype` sets the computation dtype (float32 or bfloat16)
 LayerNorm statistics and the output logits stay in float32.
 """
 
-import contextlib
+import functools
 from typing import Any
 
 import flax.linen as nn
@@ -80,71 +78,43 @@ ATTENTION_IMPLEMENTATIONS = ('auto', 'xla', 'cudnn', 'pallas', 'einsum')
 PALLAS_BLOCK_UNIT = 128
 PALLAS_MAX_BLOCK = 512
 
-_compile_target = []  # the platform a compile is for, where it is not this host's (training/aot.py)
-_interpret = []  # set by `interpret_pallas`
-
-
-@contextlib.contextmanager
-def compiling_for(platform: str):
-  """'auto' chooses for `platform` inside this context: a TPU step compiled on a CPU host."""
-  _compile_target.append(platform)
-  try:
-    yield
-  finally:
-    _compile_target.pop()
-
-
-@contextlib.contextmanager
-def interpret_pallas():
-  """Pallas kernels traced inside run in Pallas's interpret mode: on a CPU, as tests run them."""
-  _interpret.append(True)
-  try:
-    yield
-  finally:
-    _interpret.pop()
-
-
-def target_platform() -> str:
-  return _compile_target[-1] if _compile_target else jax.default_backend()
-
-
 def tracing_mesh():
   """The mesh set for tracing (`jax.set_mesh`), or None: what a kernel is mapped over."""
   mesh = jax.sharding.get_abstract_mesh()
   return None if mesh.empty else mesh
 
 
-def pallas_misfit(seq_length: int | None) -> str | None:
-  """Why the Pallas kernel cannot run here at this sequence length, or None if it can."""
+def pallas_misfit(seq_length: int | None, platform: str | None = None) -> str | None:
+  """Why the Pallas kernel cannot run at this length, or None: here, or on `platform` (a step
+  compiled for another machine, training/aot.py)."""
   if seq_length is not None and seq_length % PALLAS_BLOCK_UNIT:
     return (f'sequence length {seq_length} is not a multiple of {PALLAS_BLOCK_UNIT}, the '
             "smallest block of the Pallas kernel; use attention='auto' (einsum there) or a "
             'max_seq_length that is a multiple of 128')
-  # XLA cannot partition a Mosaic kernel: it runs per shard, under shard_map over the mesh.
-  if tracing_mesh() is None and (_compile_target or jax.device_count() > 1):
+  # XLA cannot partition a Mosaic kernel: it runs per shard, under shard_map over the mesh. This
+  # host's device count says nothing of another machine's, so compiling for one takes a mesh.
+  if tracing_mesh() is None and (platform is not None or jax.device_count() > 1):
     return ('the kernel runs per shard of the batch, and no mesh is set for tracing: trace the '
             "step inside `with jax.set_mesh(mesh):`, or use attention='auto' (einsum there)")
   return None
 
 
 def pallas_block(seq_length: int) -> int:
-  """One block per sequence up to 512 (the whole score matrix sits in VMEM), else the largest
-  multiple of 128 up to 512 that divides the length."""
+  """One block per sequence up to 512 (the score matrix sits in VMEM), else the largest multiple
+  of 128 up to 512 that divides the length."""
   return max(b for b in range(PALLAS_BLOCK_UNIT, PALLAS_MAX_BLOCK + 1, PALLAS_BLOCK_UNIT)
              if seq_length % b == 0)
 
 
-def attention_kernel(implementation: str, dtype, head_dim: int,
-                     seq_length: int | None = None) -> str:
+def attention_kernel(implementation: str, dtype, head_dim: int, seq_length: int | None = None,
+                     platform: str | None = None) -> str:
   """What computes attention where its dropout is off: 'cudnn', 'pallas', 'xla' or 'einsum'.
 
-  'auto' is, by the platform compiled for (`target_platform`):
-  - TPU: Pallas's splash attention (`jax.experimental.pallas.ops.tpu.splash_attention`) where
-    the sequence length is a multiple of 128 (any head size, float32 or bfloat16) and the step
-    is traced on one device or under `jax.set_mesh` (the kernel is mapped over the batch's
-    shards; XLA cannot partition it), else einsum;
-  - GPU: cuDNN's flash attention where it applies (16-bit inputs, head sizes that are multiples
-    of 8 up to 128; Hopper allows 256, 128 is the bound on every GPU), else einsum;
+  'auto' is, by the platform compiled for (`platform`; None: jax.default_backend()):
+  - TPU: Pallas's splash attention where `pallas_misfit` allows (any head size and dtype), else
+    einsum;
+  - GPU: cuDNN's flash attention for 16-bit inputs and head sizes that are multiples of 8 up to
+    128 (Hopper allows 256; 128 holds on every GPU), else einsum;
   - elsewhere einsum: XLA's `dot_product_attention` lowers to the same operations there, and was
     no faster on a CPU (docs/performance.md).
   An explicit 'pallas' where the kernel cannot run is refused (ValueError), not replaced.
@@ -152,25 +122,24 @@ def attention_kernel(implementation: str, dtype, head_dim: int,
   if implementation not in ATTENTION_IMPLEMENTATIONS:
     raise ValueError(f'attention implementation {implementation!r}: use one of '
                      f'{ATTENTION_IMPLEMENTATIONS}')
-  if implementation == 'pallas' and (why := pallas_misfit(seq_length)):
+  if implementation == 'pallas' and (why := pallas_misfit(seq_length, platform)):
     raise ValueError(f"attention='pallas': {why}")
   if implementation != 'auto':
     return implementation
-  platform = target_platform()
-  if platform == 'tpu':
-    return 'einsum' if pallas_misfit(seq_length) else 'pallas'
+  target = platform or jax.default_backend()
+  if target == 'tpu':
+    return 'einsum' if pallas_misfit(seq_length, platform) else 'pallas'
   cudnn_fits = (jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
                 and head_dim % 8 == 0 and head_dim <= 128)
-  return 'cudnn' if platform == 'gpu' and cudnn_fits else 'einsum'
+  return 'cudnn' if target == 'gpu' and cudnn_fits else 'einsum'
 
 
-def _splash(query, key, value, input_mask):
-  """Splash attention on [B, H, L, D], Q scaled by 1/√D: the kernel is per sequence, mapped over
-  the batch.
+def _splash(query, key, value, input_mask, interpret: bool):
+  """Splash attention on [B, H, L, D], Q scaled by 1/√D, vmapped over the batch.
 
-  Chosen over the package's flash_attention kernel for its residuals: flash keeps the softmax's
-  max and sum as two [B, H, L, 128] float32 arrays and broadcasts its backward pass's row sums
-  to [B, H, L, block], so at L=128 its three kernels move 2.8x splash's two (docs/performance.md).
+  Chosen over the package's flash_attention for its residuals: flash keeps the softmax's max and
+  sum as two [B, H, L, 128] float32 arrays and broadcasts its backward row sums to [B, H, L,
+  block], so at L=128 its three kernels move 2.8x splash's two (docs/performance.md).
   """
   # pylint: disable=g-import-not-at-top
   from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash
@@ -184,36 +153,37 @@ def _splash(query, key, value, input_mask):
   # No mask but the padding, which goes in as segment ids.
   full = masks.MultiHeadMask([masks.FullMask((seq_length, seq_length))] * heads)
   kernel = splash.make_splash_mha(full, block_sizes=sizes, head_shards=1, q_seq_shards=1,
-                                  interpret=bool(_interpret))
+                                  interpret=interpret)
   kv_segments = input_mask.astype(jnp.int32)
   segments = splash.SegmentIds(q=jnp.ones_like(kv_segments), kv=kv_segments)
   return jax.vmap(kernel)(query, key, value, segments)
 
 
-def pallas_attention(query, key, value, input_mask):
+def pallas_attention(query, key, value, input_mask, interpret: bool = False):
   """softmax(QKᵀ + padding)V by Pallas's TPU splash attention, on [B, H, L, D] (heads first, Q
   already scaled by 1/√D, as HeadsFirstDense makes them).
 
   The padding goes in as segment ids: every query is in segment 1 and each key in its
-  `input_mask` value, so real keys (1) are attended and padding keys (0) get exactly zero weight,
-  by every query, padded ones included, as the einsum path's -10000 bias gives them. (A row with
-  no real key at all differs: uniform weights here, unmasked ones there; no loss reads it.)
+  `input_mask` value, so padding keys get exactly zero weight from every query, as the einsum
+  path's -10000 bias gives them. (A row with no real key at all differs: uniform weights here,
+  unmasked ones there; no loss reads it.) `interpret`: Pallas's interpret mode, for a CPU.
   """
+  splash = functools.partial(_splash, interpret=interpret)
   mesh = tracing_mesh()
   if mesh is None or mesh.size == 1:
-    return _splash(query, key, value, input_mask)
+    return splash(query, key, value, input_mask)
   # Each device attends within its own sequences: the batch axis is split over the whole mesh.
   batch = jax.sharding.PartitionSpec(mesh.axis_names)
-  return jax.shard_map(_splash, mesh=mesh, in_specs=(batch, batch, batch, batch),
+  return jax.shard_map(splash, mesh=mesh, in_specs=(batch, batch, batch, batch),
                        out_specs=batch, check_vma=False)(query, key, value, input_mask)
 
 
 class HeadsFirstDense(nn.Module):
   """nn.Dense(features)'s parameters (names, shapes, init) with its output as [B, H, L, D].
 
-  The Pallas path's Q, K and V projections: the matmul writes the kernel's layout, and the scale
-  folds into it, instead of a transpose and a multiply of their own (base at 512 on a v4-8: 204
-  to 185 GB of HBM traffic per chip and step, docs/performance.md).
+  The Pallas path's Q, K and V: the matmul writes the kernel's layout and folds in the scale,
+  saving a transpose and a multiply (base at 512 on a v4-8: 204 to 185 GB of HBM traffic per
+  chip and step, docs/performance.md).
   """
   features: int
   num_heads: int
@@ -233,22 +203,17 @@ class HeadsFirstDense(nn.Module):
 class SelfAttention(nn.Module):
   """Multi-head self-attention over the tokens where `input_mask` is set.
 
-  Several paths compute the same function. The einsum path applies dropout to the attention
-  probabilities, as BERT and ELECTRA do in pretraining. The fused paths (cuDNN's or XLA's
-  `jax.nn.dot_product_attention`, Pallas's TPU splash attention) have no such dropout, so they run
-  only where that dropout is off (deterministic, or a rate of 0) and the paths agree (to float
-  rounding).
-
-  `implementation` picks the fused kernel (see `attention_kernel`); 'einsum' never fuses. The
-  cuDNN kernel takes the padding as per-sequence lengths, so it assumes what the packer
-  guarantees: padding only at the end of a sequence. Pallas's takes it as segment ids (any
-  padding pattern). Neither takes a query-by-key mask: with one, cuDNN gives way to 'xla' and
-  Pallas to einsum.
+  Every path computes the same function (to float rounding). Only the einsum path has BERT's
+  dropout on the attention probabilities, so the fused ones (cuDNN, XLA, Pallas; picked by
+  `attention_kernel`) run only where that dropout is off. cuDNN takes the padding as lengths, so
+  it assumes what the packer guarantees: padding only at the end. Neither cuDNN nor Pallas takes
+  a query-by-key mask: with one, cuDNN gives way to 'xla' and Pallas to einsum.
   """
   num_heads: int
   attention_dropout_rate: float
   dtype: Any = jnp.float32
   implementation: str = 'auto'
+  interpret: bool = False  # the Pallas kernel in Pallas's interpret mode (tests, on a CPU)
 
   @nn.compact
   def __call__(self, x, input_mask, deterministic: bool):
@@ -267,7 +232,8 @@ class SelfAttention(nn.Module):
       project = lambda name: HeadsFirstDense(width, self.num_heads, self.dtype, name=name)
       query = project('query')(x, float(head_dim) ** -0.5)
       key, value = (project(n)(x) for n in ('key', 'value'))
-      context = jnp.einsum('bhld->blhd', pallas_attention(query, key, value, input_mask))
+      context = jnp.einsum('bhld->blhd', pallas_attention(query, key, value, input_mask,
+                                                          self.interpret))
       return context.reshape(x.shape[:-1] + (width,))
     split = lambda t: t.reshape(t.shape[:-1] + (self.num_heads, head_dim))
     dense = lambda name: nn.Dense(width, kernel_init=_init, dtype=self.dtype, name=name)
@@ -343,10 +309,8 @@ class Encoder(nn.Module):
 
 
 class MLMHead(nn.Module):
-  """dense(H -> E) + GELU -> LayerNorm; the caller projects onto the tied word embeddings.
-
-  The head of ELECTRA's generator and of BERT's masked LM alike.
-  """
+  """dense(H -> E) + GELU -> LayerNorm (generator and BERT's MLM); the caller projects onto the
+  tied word embeddings."""
   embedding_size: int
   vocab_size: int
   dtype: Any = jnp.float32

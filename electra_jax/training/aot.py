@@ -5,9 +5,9 @@ it: `jit(step).lower(abstract inputs).compile()` builds the TPU executable on a 
 XLA's own memory and cost analyses and the partitioned program text. Nothing runs, so nothing is
 timed: step times here are a lower bound from the roofline, not a measurement.
 
-What is compiled is the step training runs, built by train.py's own functions
-(finetune/aot.py does the same for fine-tuning's step): same model, objective, optimizer, shardings, donation, dtype, remat and gradient
-accumulation. Only the inputs are abstract (shapes, dtypes and shardings).
+What is compiled is the step training runs, built by train.py's own functions (finetune/aot.py
+does the same for fine-tuning's): same model, objective, optimizer, shardings, donation, dtype,
+remat and gradient accumulation. Only the inputs are abstract (shapes, dtypes and shardings).
 """
 
 import glob
@@ -20,8 +20,8 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from electra_jax.training import flops, optim
-from electra_jax.training import rng as rng_lib, train, validation
+from electra_jax.common import config as config_lib
+from electra_jax.training import flops, optim, rng as rng_lib, train, validation
 from electra_jax.training.compiled_program import (collective_summary, collectives, cost, memory,
                                                    pallas_kernels, random_bit_elements,
                                                    tree_bytes)
@@ -42,12 +42,8 @@ class Chip(NamedTuple):
 # architecture"): v4 32 GiB HBM2 at 1,200 GB/s, 275 TFLOP/s bfloat16; v5e 16 GiB at 819 GB/s,
 # 197 TFLOP/s; v5p 95 GiB at 2,765 GB/s, 459 TFLOP/s; v6e (Trillium) 32 GiB at 1,640 GB/s,
 # 918 TFLOP/s. The peaks are flops.PEAK_BF16_FLOPS's, so MFU means the same thing everywhere.
-CHIPS = {
-    'v4': Chip(32 * GIB, 275e12, 1200e9),
-    'v5litepod': Chip(16 * GIB, 197e12, 819e9),
-    'v5p': Chip(95 * GIB, 459e12, 2765e9),
-    'v6e': Chip(32 * GIB, 918e12, 1640e9),
-}
+CHIPS = {'v4': Chip(32 * GIB, 275e12, 1200e9), 'v5litepod': Chip(16 * GIB, 197e12, 819e9),
+         'v5p': Chip(95 * GIB, 459e12, 2765e9), 'v6e': Chip(32 * GIB, 918e12, 1640e9)}
 
 # Slice shapes in chips as libtpu names them. v4 and v5p count TensorCores in the slice's name
 # (two per chip, one "megacore" device); v5e and v6e count chips. A v4/v5p host holds 2x2x1
@@ -66,13 +62,9 @@ class Slice(NamedTuple):
 
 
 def quiet_libtpu_without_a_tpu(name: str):
-  """Tells libtpu, about to start on a host with no TPU, what it would look for in vain.
-
-  Started to describe a slice, libtpu asks the host for its own accelerator type and workers;
-  on a host without a TPU it finds neither and prints five lines of errors (`E0000 ...
-  INVALID_ARGUMENT: ... unexpected worker hostname`), though the slice compiles the same. Values
-  set by the user, and hosts with TPU chips, are left alone.
-  """
+  """Tells libtpu, on a host with no TPU, the accelerator type and workers it would look for in
+  vain, printing five lines of errors (`E0000 ... unexpected worker hostname`) though the slice
+  compiles the same. Values set by the user, and hosts with TPU chips, are left alone."""
   if glob.glob('/dev/accel*') or glob.glob('/dev/vfio/[0-9]*'):  # a TPU VM's chips
     return
   os.environ.setdefault('TPU_ACCELERATOR_TYPE', name)
@@ -92,10 +84,7 @@ def slice_devices(name: str) -> Slice:
     raise UsageError(f'--topology={name!r} is no {generation} slice; known {generation} sizes '
                      f'are {", ".join(f"{generation}-{n}" for n in sorted(named))}')
   chips = named[int(count)]
-  if megacore:
-    per_host = (2, 2, 1)
-  else:
-    per_host = (2, 4, 1) if chips == 8 else (min(chips, 2), min(chips, 2), 1)
+  per_host = (1, 1, 1) if chips == 1 else (2, 4, 1) if chips == 8 and not megacore else (2, 2, 1)
   quiet_libtpu_without_a_tpu(name)
   from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
   try:
@@ -105,10 +94,8 @@ def slice_devices(name: str) -> Slice:
         num_slices=1)
   except Exception as e:  # pylint: disable=broad-except  (libtpu absent or refusing: say which)
     if 'lockfile' in str(e):
-      # libtpu lets one process per host load it, and any JAX program started without
-      # JAX_PLATFORMS=cpu loads it to look for a TPU (a training run on this CPU, say). Compiling
-      # uses no TPU, so a second load is safe here; libtpu's own advice (rm the lockfile) is not
-      # while its holder runs.
+      # One process per host may load libtpu, and any JAX program without JAX_PLATFORMS=cpu
+      # does. Compiling uses no TPU, so a second load is safe; removing the lockfile is not.
       raise UsageError(
           f'cannot describe the TPU slice {name}: another process on this host holds libtpu '
           '(/tmp/libtpu_lockfile), e.g. a JAX program started without JAX_PLATFORMS=cpu; run '
@@ -119,25 +106,28 @@ def slice_devices(name: str) -> Slice:
   return Slice(name, CHIPS[generation], devices, len({d.process_index for d in devices}))
 
 
-# --- Building the step: train.py's own functions, abstract inputs. ---
-
 def lower_pretrain_step(config: ml_collections.ConfigDict, devices):
-  """(lowered train step, its abstract state) of pretraining on `devices`."""
+  """(lowered train step, its abstract state, its abstract batch) of pretraining on `devices`."""
   mesh = train.make_mesh(devices)
-  model = train.make_model(config)
+  model_config = config.copy_and_resolve_references()
+  with jax.set_mesh(mesh):  # a Pallas kernel is mapped over the mesh's shards
+    # attention='auto' becomes the kernel it chooses on the slice's platform, not this host's.
+    model_config.attention = layers.attention_kernel(
+        config.attention, train.DTYPES[config.dtype],
+        config.model.hidden_size // config.model.num_heads, config.max_seq_length,
+        devices[0].platform)
+    model = train.make_model(model_config)
   optimizer = optim.make_optimizer(config)
   step, _, replicated, batch_sharding = train.compile_steps(config, model, optimizer, mesh)
-  state = train.abstract_train_state(config, model, optimizer, replicated)
+  # The state's shapes, from the model as this host runs it: every kernel has the same parameters.
+  state = train.abstract_train_state(config, train.make_model(config), optimizer, replicated)
   tokens = jax.ShapeDtypeStruct((config.batch_size, config.max_seq_length), jnp.int32,
                                 sharding=batch_sharding)
   batch = {'input_ids': tokens, 'segment_ids': tokens}  # what training/batches.py delivers
   # The loop passes fold_in(state.rng, step): the state's key's shape, dtype and sharding.
-  # attention='auto' chooses for the TPU; a Pallas kernel is mapped over the mesh's shards.
-  with layers.compiling_for(devices[0].platform), jax.set_mesh(mesh):
+  with jax.set_mesh(mesh):
     return step.lower(state, batch, state.rng), state, batch
 
-
-# --- Reading the compiled program: training/compiled_program.py. ---
 
 def roofline(xla_cost: dict, model_flops_per_chip: float, chip: Chip) -> dict:
   """The step can take no less than its FLOPs at peak or its HBM bytes at full bandwidth."""
@@ -149,27 +139,20 @@ def roofline(xla_cost: dict, model_flops_per_chip: float, chip: Chip) -> dict:
           'mfu_ceiling': model_flops_per_chip / chip.peak_bf16_flops / bound if bound else None}
 
 
-# --- One compilation, and the batch search over many. ---
-
 def out_of_hbm(error: Exception) -> bool:
   """Whether XLA refused the program for want of HBM: the step does not fit at this shape."""
-  text = str(error)
-  return 'RESOURCE_EXHAUSTED' in text and 'HBM' in text
+  return 'RESOURCE_EXHAUSTED' in str(error) and 'HBM' in str(error)
 
 
 def out_of_vmem(error: Exception) -> bool:
-  """Whether one kernel needs more of the chip's on-chip vector memory than it has: a compiler
-  limit at this shape, which says nothing about whether the step fits in HBM."""
-  text = str(error)
-  return 'RESOURCE_EXHAUSTED' in text and 'vmem' in text.lower()
+  """Whether one kernel needs more on-chip vector memory than the chip has: a compiler limit at
+  this shape, which says nothing about whether the step fits in HBM."""
+  return 'RESOURCE_EXHAUSTED' in str(error) and 'vmem' in str(error).lower()
 
 
 def compile_outside_the_cache(lowered):
-  """`lowered.compile()`, kept out of JAX's persistent compilation cache.
-
-  A TPU executable built on a CPU host cannot be loaded back there: once cached, every later
-  compile of the same program warns that it cannot read the entry, then compiles it again.
-  """
+  """`lowered.compile()`, kept out of JAX's persistent compilation cache: a TPU executable built
+  on a CPU host cannot be loaded back there, so every later compile would warn, then compile."""
   name = 'jax_persistent_cache_min_compile_time_secs'
   before = getattr(jax.config, name)
   jax.config.update(name, float('inf'))  # no compile is slow enough to be written
@@ -179,8 +162,13 @@ def compile_outside_the_cache(lowered):
     jax.config.update(name, before)
 
 
+def footprint(state, batch) -> dict:
+  return {'params': tree_bytes(state.params), 'optimizer_state': tree_bytes(state.opt_state),
+          'batch': tree_bytes(batch)}
+
+
 def compile_pretrain(config, devices, hbm_bytes: int):
-  """(compiled step or None if it cannot fit, memory dict, seconds, lowered, state, batch)."""
+  """(compiled step or None if it cannot fit, memory dict, seconds, state, batch)."""
   start = time.perf_counter()
   lowered, state, batch = lower_pretrain_step(config, devices)
   try:
@@ -195,31 +183,26 @@ def compile_pretrain(config, devices, hbm_bytes: int):
           'length compiles') from None
     if not out_of_hbm(e):
       raise
-    return None, {'fits': False, 'error': str(e).splitlines()[0][:400]}, \
-        time.perf_counter() - start, lowered, state, batch
-  return (compiled, memory(compiled, hbm_bytes), time.perf_counter() - start, lowered, state,
-          batch)
+    return (None, {'hbm': hbm_bytes, 'fits': False, 'error': str(e).splitlines()[0][:400]},
+            time.perf_counter() - start, state, batch)
+  return compiled, memory(compiled, hbm_bytes), time.perf_counter() - start, state, batch
 
 
 def with_batch(config, batch_size: int, **overrides) -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict(config.to_dict())
-  c.batch_size = batch_size
-  c.update(overrides)
+  c.update(batch_size=batch_size, **overrides)
   return c
 
 
 def largest_batch(config, devices, hbm_bytes: int, limit: int = 1 << 14) -> dict:
-  """The largest per-chip batch (a multiple of grad_accum_steps) whose step fits in HBM.
-
-  Memory grows linearly in the batch, so two compilations predict the answer and a few more
-  confirm it: the prediction, then a step above (or a bisection below).
-  """
+  """The largest per-chip batch (a multiple of grad_accum_steps) whose step fits in HBM. Memory
+  grows linearly in the batch, so two compilations predict it and a few more confirm it."""
   n, unit = len(devices), config.grad_accum_steps
   compiled_sizes = {}
 
   def total(per_chip):
     if per_chip not in compiled_sizes:
-      _, mem, _, _, _, _ = compile_pretrain(with_batch(config, per_chip * n), devices, hbm_bytes)
+      _, mem, _, _, _ = compile_pretrain(with_batch(config, per_chip * n), devices, hbm_bytes)
       compiled_sizes[per_chip] = mem['total'] if mem['fits'] else None
     return compiled_sizes[per_chip]
 
@@ -254,9 +237,6 @@ def largest_batch(config, devices, hbm_bytes: int, limit: int = 1 << 14) -> dict
 def analyse(compiled, seconds: float, state, data, model_flops: float, sliced: Slice) -> dict:
   """The record of one compiled step: memory, FLOPs, roofline, collectives, compile time."""
   chips = len(sliced.devices)
-  mem = memory(compiled, sliced.chip.hbm_bytes)
-  mem = {'params': tree_bytes(state.params), 'optimizer_state': tree_bytes(state.opt_state),
-         'batch': tree_bytes(data), **mem}
   text = compiled.as_text()
   kernels = pallas_kernels(text)
   xla = cost(compiled)
@@ -265,7 +245,7 @@ def analyse(compiled, seconds: float, state, data, model_flops: float, sliced: S
   model_per_chip = model_flops / chips
   return {
       'compile_s': round(seconds, 2),
-      'bytes_per_chip': mem,
+      'bytes_per_chip': {**footprint(state, data), **memory(compiled, sliced.chip.hbm_bytes)},
       'flops_per_chip': {
           'xla': xla['flops'], 'pallas_kernels_not_in_xla': kernels['flops_not_in_xla'],
           'model': model_per_chip,
@@ -283,30 +263,31 @@ def analyse(compiled, seconds: float, state, data, model_flops: float, sliced: S
 
 def slice_record(sliced: Slice) -> dict:
   return {'topology': sliced.name, 'chips': len(sliced.devices), 'hosts': sliced.hosts,
-          'device_kind': sliced.devices[0].device_kind,
-          'chip': {'hbm_bytes': sliced.chip.hbm_bytes,
-                   'peak_bf16_flops': sliced.chip.peak_bf16_flops,
-                   'hbm_bytes_per_s': sliced.chip.hbm_bytes_per_s}}
+          'device_kind': sliced.devices[0].device_kind, 'chip': sliced.chip._asdict()}
 
 
-def pretrain_report(config: ml_collections.ConfigDict, sliced: Slice,
-                    search_batch: bool = True) -> dict:
-  """One JSON-ready record for pretraining `config` on `sliced` (see the module doc)."""
+def compile_pretraining(config: ml_collections.ConfigDict, topology: str,
+                        search_batch: bool = True) -> dict:
+  """Pretraining's step compiled for the TPU slice `topology`: one JSON-ready record."""
+  sliced = slice_devices(topology)
   chips = len(sliced.devices)
+  config = config_lib.resolve(config)
+  checked = config.copy_and_resolve_references()
+  checked.data.update(train_files='(synthetic)', sources='', prepared_dir='')  # reads no data
+  validation.validate(checked, chips)
   record = {'step': 'pretrain', **slice_record(sliced), 'jax': jax.__version__,
             'objective': config.objective, 'dtype': config.dtype,
             'batch_size': config.batch_size, 'per_chip_batch': config.batch_size / chips,
             'max_seq_length': config.max_seq_length, 'remat': config.remat,
-            'grad_accum_steps': config.grad_accum_steps, 'rng_impl': config.get('rng_impl')}
+            'grad_accum_steps': config.grad_accum_steps, 'rng_impl': config.rng_impl}
   if warning := rng_lib.rbg_sharding_warning(config, sliced.devices[0].platform, chips,
                                            os.environ.get('LIBTPU_INIT_ARGS', '')):
     logging.warning(warning)
-  compiled, mem, seconds, _, state, batch = compile_pretrain(config, sliced.devices,
-                                                             sliced.chip.hbm_bytes)
+  compiled, mem, seconds, state, batch = compile_pretrain(config, sliced.devices,
+                                                          sliced.chip.hbm_bytes)
   if compiled is None:
-    record.update({'compile_s': round(seconds, 2), 'bytes_per_chip': {
-        'params': tree_bytes(state.params), 'optimizer_state': tree_bytes(state.opt_state),
-        'batch': tree_bytes(batch), 'hbm': sliced.chip.hbm_bytes, **mem}})
+    record.update({'compile_s': round(seconds, 2),
+                   'bytes_per_chip': {**footprint(state, batch), **mem}})
   else:
     record.update(analyse(compiled, seconds, state, batch, flops.train_step_flops(config),
                           sliced))
@@ -317,13 +298,3 @@ def pretrain_report(config: ml_collections.ConfigDict, sliced: Slice,
             sliced.chip.hbm_bytes)
         for remat in (False, True)}
   return record
-
-
-def compile_pretraining(config: ml_collections.ConfigDict, topology: str,
-                        search_batch: bool = True) -> dict:
-  """Pretraining's step compiled for the TPU slice `topology`: one JSON-ready record."""
-  sliced = slice_devices(topology)
-  checked = ml_collections.ConfigDict(config.to_dict())
-  checked.data.update(train_files='(synthetic)', sources='', prepared_dir='')  # reads no data
-  validation.validate(checked, len(sliced.devices))
-  return pretrain_report(config, sliced, search_batch)
