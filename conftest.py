@@ -67,13 +67,13 @@ def load_config(name: str):
 def prepare_wikitext(out, eval_text: bool = True):
   """WikiText-2 valid (and, with `eval_text`, test for evaluation) prepared into `out` with a
   1,000-piece vocabulary at length 32: the corpus of the tests that run the trainer on real text."""
-  from electra_jax.data import prepared_dir  # pylint: disable=g-import-not-at-top
+  from electra_jax.data import preparation  # pylint: disable=g-import-not-at-top
   config = load_config('tiny')
   config.max_seq_length = 32
   config.model.vocab_size = 1000
   config.data.update(train_files=str(WIKITEXT / 'wiki.valid.raw'), prepare_workers=1,
                      eval_files=str(WIKITEXT / 'wiki.test.raw') if eval_text else '')
-  prepared_dir.prepare_dataset(config, str(out))
+  preparation.prepare_dataset(config, str(out))
   return out
 
 

@@ -18,7 +18,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from electra_jax.common import cli
-from electra_jax.data import prepared_dir, store
+from electra_jax.data import preparation, store
 from electra_jax.common.errors import UsageError
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Run config file (configs/*.py).',
@@ -27,6 +27,8 @@ _OUT = flags.DEFINE_string('out', None, 'Directory to write the prepared data to
 _OVERWRITE = flags.DEFINE_bool('overwrite', False,
                                'Replace data in --out that was prepared from other inputs.')
 _VERIFY = flags.DEFINE_string('verify', None, 'Check the shards of this prepared directory.')
+USAGE = 'python -m electra_jax.prepare --config=configs/<size>.py --out=DIR (or --verify=DIR)'
+
 
 def _summary(split: str, manifest: dict) -> str:
   counts = manifest['counts']
@@ -42,15 +44,12 @@ def _summary(split: str, manifest: dict) -> str:
 
 
 def _verify(directory: str) -> None:
-  splits = [s for s in prepared_dir.SPLITS if os.path.isdir(os.path.join(directory, s))]
+  splits = [s for s in preparation.SPLITS if os.path.isdir(os.path.join(directory, s))]
   if not splits:
     raise UsageError(f"'{directory}' holds no prepared split (train/ or eval/)")
   for split in splits:
     checked = store.verify_store(os.path.join(directory, split))
     print(json.dumps({'split': split, 'verified_bytes': checked}))
-
-
-USAGE = 'python -m electra_jax.prepare --config=configs/<size>.py --out=DIR (or --verify=DIR)'
 
 
 def main(argv):
@@ -61,7 +60,8 @@ def main(argv):
     return
   if not _CONFIG.value or not _OUT.value:
     cli.fail('pass --config=CONFIG_FILE and --out=DIR (or --verify=DIR)')
-  manifests = cli.run(prepared_dir.prepare_dataset, _CONFIG.value, _OUT.value, overwrite=_OVERWRITE.value)
+  manifests = cli.run(preparation.prepare_dataset, _CONFIG.value, _OUT.value,
+                      overwrite=_OVERWRITE.value)
   for split, manifest in manifests.items():
     print(_summary(split, manifest))
   print(f'# train on it with --config.data.prepared_dir={_OUT.value}')

@@ -21,7 +21,7 @@ import pytest
 
 from conftest import REPO, error_line, load_config, tree_digest
 from electra_jax.common import cli
-from electra_jax.data import formats, prepared_dir, sources, store
+from electra_jax.data import formats, preparation, sources, store
 from electra_jax.common.errors import UsageError
 from test_finetune import sentences, write_vocab
 
@@ -45,7 +45,7 @@ def corpus(tmp_path_factory):
     good.append(root / f'good_{i}.txt')
     good[-1].write_text('\n\n'.join('\n'.join(sentences(rng, 5)) for _ in range(20)) + '\n')
   prepared = root / 'prepared'
-  prepared_dir.prepare_dataset(config_for(good, root / 'vocab.txt', eval_files=good[:1]),
+  preparation.prepare_dataset(config_for(good, root / 'vocab.txt', eval_files=good[:1]),
                                str(prepared))
   return root, good, prepared
 
@@ -143,7 +143,7 @@ def test_unreadable_text_is_refused_and_nothing_prepared_changes(corpus, tmp_pat
   before = tree_digest(prepared)
   config = config_for([*good, bad], root / 'other_vocab.txt', eval_files=good[:1])
   with pytest.raises(SystemExit) as stop:
-    cli.run(prepared_dir.prepare_dataset, config, str(prepared), overwrite=True)
+    cli.run(preparation.prepare_dataset, config, str(prepared), overwrite=True)
   line = str(stop.value.code)
   assert line.startswith('electra_jax: error: ') and '\n' not in line
   assert re.search(f"'{re.escape(str(bad))}'.*{message}", line), line
@@ -156,7 +156,7 @@ def test_lines_too_long_for_a_vocabulary_are_refused(corpus, tmp_path):
   long.write_text('\n'.join(' '.join(sentences(np.random.default_rng(3), 500)) for _ in range(3)))
   with pytest.raises(UsageError, match=r'every line sampled from corpus .*paragraphs\.txt.* is '
                                        r'longer than the 4192 bytes sentencepiece trains on'):
-    prepared_dir.prepare_dataset(config_for([long]), str(tmp_path / 'out'))
+    preparation.prepare_dataset(config_for([long]), str(tmp_path / 'out'))
   assert not (tmp_path / 'out' / 'vocab.model').exists()
 
 
@@ -232,7 +232,7 @@ def test_empty_files_and_unclosed_docs_are_counted_and_named(corpus, tmp_path, c
 
   empties = [tmp_path / n for n in ('empty.txt', 'blank.txt', 'empty.txt.gz')]
   with caplog.at_level(logging.WARNING):
-    manifests = prepared_dir.prepare_dataset(
+    manifests = preparation.prepare_dataset(
         config_for([*good, *empties, unclosed], root / 'vocab.txt'), str(tmp_path / 'out'))
   counts = manifests['train']['counts']
   assert counts['files_without_text'] == 3 and counts['unclosed_docs'] == 2

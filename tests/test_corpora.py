@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import SHARED_DATA, WIKITEXT, load_config
-from electra_jax.data import formats, packing, prepared_dir, sentences, sources
+from electra_jax.data import formats, packing, preparation, sources
 from electra_jax.data import vocab as vocab_lib
 from electra_jax.common.errors import UsageError
 from test_data import ScriptedRng, assert_well_formed
@@ -55,7 +55,7 @@ def documents(path, text_format='auto', unit_bytes=sources.UNIT_BYTES):
 ])
 def test_sentences_end_at_punctuation_before_a_capital_but_not_after_abbreviations(
     paragraph, expected):
-  assert sentences.split_sentences(paragraph) == expected
+  assert formats.split_sentences(paragraph) == expected
 
 
 # ----------------------------------------------------------------------------- formats
@@ -250,7 +250,7 @@ def prepared(corpus, tmp_path_factory):
   config.data.prepare_workers = 1
   config.data.vocab_sample_sentences = 20_000
   out = tmp_path_factory.mktemp('corpora')
-  return prepared_dir.prepare_dataset(config, str(out))['train'], out
+  return preparation.prepare_dataset(config, str(out))['train'], out
 
 
 def test_fill_keeps_the_body_and_pads_little_at_length_128(prepared):

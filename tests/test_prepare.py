@@ -18,7 +18,7 @@ from conftest import REPO, WIKITEXT, load_config, real_file, tree_digest
 from electra_jax.common import run_lock
 from electra_jax.training import batches as batches_lib, train
 from electra_jax.data import run_vocab
-from electra_jax.data import packing, pipeline, preparation, prepared_dir, sources, store
+from electra_jax.data import packing, pipeline, preparation, sources, store
 from electra_jax.data import vocab as vocab_lib
 from electra_jax.common.errors import UsageError
 
@@ -169,21 +169,21 @@ def test_prepare_trains_a_lowercase_vocab_and_refuses_one_over_cased_data(tmp_pa
   config.max_seq_length, config.model.vocab_size = 64, 400
   config.data.update(train_files=str(real_file(WIKI_PART)), vocab_sample_sentences=2000,
                      prepare_workers=1, vocab_lowercase=True)
-  prepared_dir.prepare_dataset(config, str(tmp_path / 'lowercase'))
+  preparation.prepare_dataset(config, str(tmp_path / 'lowercase'))
   vocab = vocab_lib.load_vocab(str(tmp_path / 'lowercase' / 'vocab.model'))
   assert vocab.lowercase and vocab.encode(['The Cat']) == vocab.encode(['the cat'])
 
   config.data.vocab_lowercase = False
-  prepared_dir.prepare_dataset(config, str(tmp_path / 'cased'))
+  preparation.prepare_dataset(config, str(tmp_path / 'cased'))
   before = tree_digest(tmp_path / 'cased')
   config.data.vocab_lowercase = True
   with pytest.raises(UsageError, match='is a cased vocabulary'):
-    prepared_dir.prepare_dataset(config, str(tmp_path / 'cased'))
+    preparation.prepare_dataset(config, str(tmp_path / 'cased'))
   assert tree_digest(tmp_path / 'cased') == before
   # A second preparation into an --out that one is writing is refused before it stages anything.
   with run_lock.only_run_in(str(tmp_path / 'cased'), 'preparation'):  # as a preparation does
     with pytest.raises(UsageError, match=f'{tmp_path / "cased"} is in use by another preparation'):
-      prepared_dir.prepare_dataset(config, str(tmp_path / 'cased'), overwrite=True)
+      preparation.prepare_dataset(config, str(tmp_path / 'cased'), overwrite=True)
   assert tree_digest(tmp_path / 'cased') == before
   assert sorted(p.name for p in tmp_path.iterdir()) == ['cased', 'lowercase']
 
@@ -197,7 +197,7 @@ def test_packing_original_that_drops_much_of_the_text_says_so_and_fill_does_not(
   config.data.update(train_files=str(real_file(WIKI_PART)), vocab_sample_sentences=2000,
                      prepare_workers=1, text_format='lines')
   with caplog.at_level(logging.WARNING):
-    counts = prepared_dir.prepare_dataset(config, str(tmp_path / 'original'))['train']['counts']
+    counts = preparation.prepare_dataset(config, str(tmp_path / 'original'))['train']['counts']
   assert counts['kept_fraction'] < 0.9
   warned = [r.getMessage() for r in caplog.records if 'kept only' in r.getMessage()]
   assert warned == [
@@ -211,7 +211,7 @@ def test_packing_original_that_drops_much_of_the_text_says_so_and_fill_does_not(
   caplog.clear()
   config.data.packing = 'fill'  # what the warning offers: the text is kept, nothing is said
   with caplog.at_level(logging.WARNING):
-    counts = prepared_dir.prepare_dataset(config, str(tmp_path / 'fill'))['train']['counts']
+    counts = preparation.prepare_dataset(config, str(tmp_path / 'fill'))['train']['counts']
   assert counts['kept_fraction'] > 0.97 and counts['padding_fraction'] < 0.03
   assert not [r for r in caplog.records if 'kept only' in r.getMessage()]
 

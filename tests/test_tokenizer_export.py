@@ -15,7 +15,7 @@ import tokenizers
 import transformers
 
 from conftest import SHARED_DATA
-from electra_jax.data import packing, vocab as vocab_lib, wordpiece
+from electra_jax.data import packing, vocab as vocab_lib
 from electra_jax.common.errors import UsageError
 from electra_jax.finetune.glue import features, data as glue_data, tasks
 from electra_jax.hf import tokenizer as tokenizer_lib
@@ -168,10 +168,10 @@ def test_casing_of_wordpiece_vocabularies(tmp_path, wikitext):
 def test_wordpiece_vocab_mistakes(tmp_path):
   (tmp_path / 'no_specials.txt').write_text('[PAD]\nhello\n')
   with pytest.raises(UsageError, match=r"lacks the special tokens \['\[UNK\]'"):
-    wordpiece.load_wordpiece(str(tmp_path / 'no_specials.txt'))
+    vocab_lib.load_wordpiece(str(tmp_path / 'no_specials.txt'))
   (tmp_path / 'pad_late.txt').write_text('[UNK]\n[PAD]\n[CLS]\n[SEP]\n[MASK]\n')
   with pytest.raises(UsageError, match='id 0'):
-    wordpiece.load_wordpiece(str(tmp_path / 'pad_late.txt'))
+    vocab_lib.load_wordpiece(str(tmp_path / 'pad_late.txt'))
 
 
 def test_bpe_sentencepiece_is_refused(tmp_path, wikitext):

@@ -14,7 +14,7 @@ import pytest
 
 from electra_jax import objective
 from electra_jax.common.errors import UsageError
-from electra_jax.data import vocab as vocab_lib, wordpiece
+from electra_jax.data import vocab as vocab_lib
 from electra_jax.objective import masking
 from electra_jax.training import validation
 from conftest import load_config
@@ -48,11 +48,11 @@ def wordpiece_vocab(wikitext, tmp_path_factory):
         endings[w[-k:]] = endings.get(w[-k:], 0) + 1
   suffixes = sorted(endings, key=lambda s: -endings[s])[:100]
   letters = sorted({c for w in common for c in w})
-  pieces = list(wordpiece.SPECIAL_TOKENS) + sorted(set(common) | set(letters) | set('.,;:()"\'-@'))
+  pieces = list(vocab_lib.SPECIAL_PIECES) + sorted(set(common) | set(letters) | set('.,;:()"\'-@'))
   pieces += [f'##{s}' for s in suffixes] + [f'##{c}' for c in letters]
   path = tmp_path_factory.mktemp('word_masking_wp') / 'vocab.txt'
   path.write_text('\n'.join(pieces) + '\n', encoding='utf-8')
-  return wordpiece.load_wordpiece(str(path))
+  return vocab_lib.load_wordpiece(str(path))
 
 
 def packed(vocab, wikitext, lines=SEQUENCES):

@@ -1,33 +1,9 @@
-"""The text formats of corpus files, how each is read into documents, and telling them apart.
+"""Corpus file formats (docs/data.md): documents, their sentences, and 'auto' detection.
 
-  lines          one sentence or paragraph per line, a blank line between documents: the input
-                 of google-research/electra's build_pretraining_dataset.py, read as it is
-  gutenberg      a Project Gutenberg book: one document, its body the lines between the
-                 '*** START OF ...' and '*** END OF ...' lines (header and license are not
-                 text); hard-wrapped lines are joined back into paragraphs
-  wikiextractor  WikiExtractor's output: each <doc ...> ... </doc> is a document; the line
-                 after <doc ...> is the title and not text; one paragraph per line
-  wikitext       WikiText raw: a ' = Title = ' line starts an article (a document); heading
-                 lines (' = = Section = = ') are not text; one paragraph per line
-
-In the last three, paragraphs are cut into sentences (sentences.py) and control characters
-become spaces. 'auto' tells them apart by a file's first 8 KB and logs what it found per file.
-Big files are cut into byte ranges at document starts, so several workers can read one file;
-a book is one range.
-
-A file that breaks its format (text.py handles bytes that are not text at all):
-  a book without its START or END line   refused, naming the file: its header or its license
-                                         could not be told from its text and would be trained
-                                         on as the book. Restore the line, or read the file as
-                                         'lines'.
-  text outside <doc ...> ... </doc>      refused, naming the file and the byte offset: it is
-                                         not WikiExtractor output.
-  a <doc> without its </doc>             kept: read as if closed where the next <doc> or the
-                                         end of the file comes, and counted ('unclosed_docs'
-                                         in the preparation summary). A shard cut short by an
-                                         interrupted copy or extraction has lost one end tag,
-                                         not its text; refusing it would drop thousands of
-                                         good articles over one line.
+A book without its START or END line is refused (its header or license would be trained on as
+text), and so is text outside <doc> ... </doc>. A <doc> without </doc> is kept as if closed and
+counted ('unclosed_docs'): a shard cut short by an interrupted copy has lost one end tag, not its
+text, and refusing it would drop thousands of good articles over one line.
 """
 
 import collections
@@ -39,7 +15,7 @@ import zlib
 
 from absl import logging
 
-from electra_jax.data import sentences, text
+from electra_jax.data import text
 from electra_jax.common.errors import UsageError
 
 FORMATS = ('lines', 'gutenberg', 'wikiextractor', 'wikitext')
@@ -60,9 +36,42 @@ _WHY_GUTENBERG = ("data.text_format is 'gutenberg', or 'auto' and its header nam
 # Control characters (U+007F and U+000C stray in some books) would reach the vocabulary.
 _CONTROLS = dict.fromkeys([*range(32), *range(127, 160)], ' ')
 
+# Words whose '.' rarely ends a sentence before a capital. 'No' and 'etc' are left out: "No."
+# is a whole sentence in dialogue, and "etc." ends sentences about as often as not.
+ABBREVIATIONS = frozenset("""
+    mr mrs ms messrs mme mlle dr prof rev hon st jr sr esq gen col capt lt sgt maj adm gov sen
+    rep mt ft vs cf viz vol vols ch chap fig figs pp jan feb apr aug sept oct nov dec inc ltd
+    corp bros""".split())
+# A candidate end: punctuation, closers, whitespace, then (looking ahead) openers and a letter.
+_SENTENCE_END = re.compile(r'''([.!?]+)["')\]’”»]*\s+(?=["'(\[‘“«]*([^\W\d_]))''')
+_OPENERS = '"\'([‘“«'
 
-def _clean(paragraph: str) -> str:
-  return paragraph.translate(_CONTROLS)
+
+def _ends_sentence(paragraph: str, match: re.Match) -> bool:
+  punctuation, next_letter = match.groups()
+  if not next_letter.isupper():
+    return False
+  if punctuation != '.':
+    return True  # '!', '?', '...': no abbreviation ends so.
+  word = paragraph[paragraph.rfind(' ', 0, match.start()) + 1:match.start()].lstrip(_OPENERS)
+  if len(word) == 1 and word.isupper():
+    return False  # An initial.
+  return '.' not in word and word.lower() not in ABBREVIATIONS
+
+
+def split_sentences(paragraph: str) -> list[str]:
+  """The sentences of a paragraph, stripped, in order; none is empty.
+
+  A few ends are missed ("U.S." ending a sentence) and a few found falsely (an unknown
+  abbreviation): packing needs lines of sentence size, not a parse.
+  """
+  sentences, start = [], 0
+  for match in _SENTENCE_END.finditer(paragraph):
+    if _ends_sentence(paragraph, match):
+      sentences.append(paragraph[start:match.end()].strip())
+      start = match.end()
+  sentences.append(paragraph[start:].strip())
+  return [s for s in sentences if s]
 
 
 def _is_wikitext_title(line: str) -> bool:
@@ -76,20 +85,7 @@ def _is_wikitext_heading(line: str) -> bool:
 
 
 def _paragraph_sentences(paragraphs: Iterable[str]) -> list[str]:
-  return [s for paragraph in paragraphs for s in sentences.split_sentences(_clean(paragraph))]
-
-
-def _lines_paragraphs(lines: Iterable[str]) -> Iterator[str]:
-  """Hard-wrapped lines joined into paragraphs; a blank line ends one."""
-  paragraph = []
-  for line in lines:
-    if line:
-      paragraph.append(line)
-    elif paragraph:
-      yield ' '.join(paragraph)
-      paragraph = []
-  if paragraph:
-    yield ' '.join(paragraph)
+  return [s for paragraph in paragraphs for s in split_sentences(paragraph.translate(_CONTROLS))]
 
 
 def _gutenberg_body(path: str) -> Iterator[str]:
@@ -119,7 +115,8 @@ def _gutenberg_body(path: str) -> Iterator[str]:
 
 def gutenberg_documents(path: str) -> list[list[str]]:
   """A book's body as one document of sentences (none if the body is empty)."""
-  paragraphs = list(_lines_paragraphs(_gutenberg_body(path)))
+  # Hard-wrapped lines joined back into paragraphs; a blank line ends one.
+  paragraphs = [' '.join(lines) for lines in text.documents_of_lines(_gutenberg_body(path))]
   first = 0
   while first < min(len(paragraphs), _CREDIT_PARAGRAPHS) and _CREDITS.match(paragraphs[first]):
     first += 1
@@ -132,16 +129,13 @@ def gutenberg_documents(path: str) -> list[list[str]]:
 
 def wikiextractor_documents(path: str, start: int = 0, stop: int | None = None,
                             notes: collections.Counter | None = None) -> Iterator[list[str]]:
-  """Each <doc> as a document of sentences, without its title line.
-
-  A <doc> that the next <doc> or the end of the file finds unclosed keeps its text, and counts
-  in notes['unclosed_docs'] (see the module doc).
-  """
+  """Each <doc> as a document of sentences, without its title line; unclosed ones are noted."""
+  notes = collections.Counter() if notes is None else notes
   document, title_pending = None, False
   for offset, line in text.read_lines_at(path, start, stop):
     if line.startswith('<doc ') and line.endswith('>'):
       if document is not None:  # The previous <doc> has no </doc>.
-        _note(notes, 'unclosed_docs')
+        notes['unclosed_docs'] += 1
         if document:
           yield document
       document, title_pending = [], True
@@ -160,14 +154,9 @@ def wikiextractor_documents(path: str, start: int = 0, stop: int | None = None,
     else:
       document.extend(_paragraph_sentences([line]))
   if document is not None:  # A shard cut off inside its last <doc>: keep what it holds.
-    _note(notes, 'unclosed_docs')
+    notes['unclosed_docs'] += 1
     if document:
       yield document
-
-
-def _note(notes: collections.Counter | None, flaw: str) -> None:
-  if notes is not None:
-    notes[flaw] += 1
 
 
 def wikitext_documents(path: str, start: int = 0, stop: int | None = None) -> Iterator[list[str]]:
@@ -186,10 +175,7 @@ def wikitext_documents(path: str, start: int = 0, stop: int | None = None) -> It
 
 def read_documents(path: str, text_format: str, start: int = 0, stop: int | None = None,
                    notes: collections.Counter | None = None) -> Iterator[list[str]]:
-  """The documents of a file's byte range [start, stop) in `text_format`, as lists of lines.
-
-  `notes` counts the flaws read past (the module doc says which).
-  """
+  """The documents of a file's byte range [start, stop) in `text_format`, as lists of lines."""
   if text_format == 'lines':
     return text.documents_of_lines(text.read_lines(path, start, stop))
   if text_format == 'gutenberg':

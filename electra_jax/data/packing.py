@@ -1,37 +1,9 @@
-"""Packing tokenized documents into fixed-length examples, as ELECTRA's pretraining data is made.
+"""Tokenized documents packed into fixed-length examples: 'original', as google-research/electra's
+build_pretraining_dataset.py (ExampleBuilder) packs them, or 'fill', which drops no text.
 
-This follows google-research/electra's build_pretraining_dataset.py (ExampleBuilder):
-
-  * a document's lines are buffered until they hold at least `target` tokens (or the document
-    ends); the buffer then becomes one example;
-  * the buffered lines are split into a first segment A and a second segment B. 10% of the
-    time A may take everything (a single-segment example, like a classification input);
-    otherwise A is filled to about half the target;
-  * after each example, 5% of the time the next target is a random length in [5, L], so the
-    model also sees short inputs; otherwise it is L.
-
-An example is [CLS] A [SEP] B [SEP] (B and its [SEP] only when B is non-empty), zero-padded to
-L, with segment id 0 for [CLS] A [SEP] and 1 for B [SEP]. All randomness comes from one numpy
-Generator, so the examples are a pure function of (documents, L, seed).
-
-That is packing 'original' (segment_pairs): what does not fit an example is dropped, and a
-document's last example is padded. Packing 'fill' (filled_pairs) keeps the draws and the
-segment structure but drops nothing:
-
-  * A is a run of whole lines from the buffer's start, taken by the original's rule, and B the
-    lines after it (the original lets a short line join A after B has started; here lines stay
-    in order, so that what does not fit is the buffer's tail);
-  * B (or a single segment) is cut where the example is full; the rest of the cut line and the
-    lines after it start the next example instead of being dropped;
-  * a document's last, partial example is completed with the next document's first lines,
-    and the document boundary is then the A/B boundary: A ends one document, B starts the next
-    (such an example always has two segments; the single-segment draw is spent but ignored).
-    ELECTRA has no next-sentence task, so a B from another document teaches nothing false,
-    while padding each document's end wastes about half an example per document (1.2% of the
-    slots of Wikipedia articles).
-
-Only the 5% short targets then pad: 1.5% of the slots on books and Wikipedia, the price of the
-short inputs the original wants the model to see (docs/data.md, "The corpus format").
+An example is [CLS] A [SEP] B [SEP] (B only when non-empty), zero-padded to L, with segment id 0
+up to the first [SEP] and 1 after; docs/data.md ("Packing") gives both packings' rules and costs.
+All draws come from one Generator, so the examples are a pure function of (documents, L, seed).
 """
 
 from collections.abc import Iterable, Iterator, Sequence
@@ -63,10 +35,8 @@ def _split_segments(lines: Sequence[Sequence[int]], target_length: int, max_seq_
   first_target = np.inf if single_segment else (target_length - 3) // 2
   first, second = [], []
   for line in lines:
-    # A line joins A if A is empty, if it fits under A's target, or, while B is still empty
-    # and A is short of its target, on a fair coin flip (so A sometimes overshoots). As in the
-    # original, a short line may join A after B has started. The coin is only drawn when the
-    # earlier conditions fail, matching the original's short-circuit draws.
+    # As in the original: a short line may join A after B has started, and the coin is drawn
+    # only when the earlier conditions fail (the original's short-circuit draws).
     if (not first or len(first) + len(line) < first_target or
         (not second and len(first) < first_target and rng.random() < 0.5)):
       first.extend(line)
@@ -85,11 +55,9 @@ def _next_target_length(max_seq_length: int, rng: np.random.Generator) -> int:
 
 def segment_pairs(documents: Iterable[Sequence[Sequence[int]]], max_seq_length: int,
                   rng: np.random.Generator) -> Iterator[SegmentPair]:
-  """Yields the segment pairs of all examples, in corpus order.
+  """The segment pairs of packing 'original', in corpus order; a document is its lines' ids.
 
-  `documents` holds each document as a list of token-id lists, one per line. The original
-  emits at the blank line ending a document; here the end of a document (including the end
-  of the corpus) does the same. Lines that tokenize to nothing are skipped.
+  A document's end emits the buffer, as the blank line after it does in the original.
   """
   target_length = max_seq_length
   for document in documents:
@@ -125,7 +93,8 @@ def _fill(lines: list, owners: list[int], target_length: int, max_seq_length: in
   """One full example from the buffered lines: (its pair, the lines left, their documents).
 
   `owners[i]` is the document of `lines[i]`; where the buffer reaches past the first line's
-  document, that document's lines are A.
+  document, that document's lines are A. Lines stay in order (A's run, then B), unlike the
+  original, so that what does not fit is the buffer's tail.
   """
   single_segment = rng.random() < SINGLE_SEGMENT_PROB
   own = next((i for i, owner in enumerate(owners) if owner != owners[0]), len(owners))
@@ -152,7 +121,7 @@ def _fill(lines: list, owners: list[int], target_length: int, max_seq_length: in
 
 def filled_pairs(documents: Iterable[Sequence[Sequence[int]]], max_seq_length: int,
                  rng: np.random.Generator) -> Iterator[SegmentPair]:
-  """The segment pairs of packing 'fill' (see the module docstring), in corpus order."""
+  """The segment pairs of packing 'fill', in corpus order."""
   target_length = max_seq_length
   lines, owners, tokens = [], [], 0
   for index, document in enumerate(documents):
@@ -189,30 +158,34 @@ def fill_example(pair: SegmentPair, input_ids: np.ndarray, segment_ids: np.ndarr
     segment_ids[end_a + 1:end_b + 1] = 1
 
 
+def packed_rows(pairs: Iterable[SegmentPair], dtype: np.dtype, cls_id: int,
+                sep_id: int) -> np.ndarray:
+  """The examples of `pairs` as rows of a structured `dtype` ('input_ids', 'segment_ids', ...)."""
+  # Preallocated blocks: an array per example would cost several times the data's memory.
+  blocks, filled = [], _ROWS_PER_BLOCK
+  for pair in pairs:
+    if filled == _ROWS_PER_BLOCK:
+      blocks.append(np.zeros(_ROWS_PER_BLOCK, dtype))
+      filled = 0
+    block = blocks[-1]
+    fill_example(pair, block['input_ids'][filled], block['segment_ids'][filled], cls_id, sep_id)
+    filled += 1
+  if blocks:
+    blocks[-1] = blocks[-1][:filled]
+  return np.concatenate(blocks) if blocks else np.zeros(0, dtype)
+
+
 def pack_examples(documents: Iterable[Sequence[Sequence[int]]], max_seq_length: int,
                   cls_id: int, sep_id: int, seed: int,
                   packing: str = 'original') -> dict[str, np.ndarray]:
-  """Packs tokenized documents into examples: {'input_ids', 'segment_ids'}, both int32 [N, L].
-
-  The attention mask is `input_ids != 0`, so it is not stored.
-  """
+  """{'input_ids', 'segment_ids'}, both int32 [N, L]; the attention mask is `input_ids != 0`."""
   if max_seq_length < _MIN_SHORT_TARGET:
     raise UsageError(f'max_seq_length={max_seq_length} leaves no room for text; '
                      f'set --config.max_seq_length to at least {_MIN_SHORT_TARGET} (e.g. 128)')
-  rng = np.random.default_rng(seed)
-  # Rows are written into preallocated blocks: a small array per example would cost several
-  # times the memory of the int32 data itself on a large corpus.
-  blocks, rows_in_last_block = [], _ROWS_PER_BLOCK
-  for pair in PACKINGS[packing](documents, max_seq_length, rng):
-    if rows_in_last_block == _ROWS_PER_BLOCK:
-      blocks.append(np.zeros((2, _ROWS_PER_BLOCK, max_seq_length), np.int32))
-      rows_in_last_block = 0
-    block = blocks[-1]
-    fill_example(pair, block[0, rows_in_last_block], block[1, rows_in_last_block], cls_id, sep_id)
-    rows_in_last_block += 1
-  if not blocks:
+  dtype = np.dtype([(name, np.int32, (max_seq_length,)) for name in ('input_ids', 'segment_ids')])
+  pairs = PACKINGS[packing](documents, max_seq_length, np.random.default_rng(seed))
+  rows = packed_rows(pairs, dtype, cls_id, sep_id)
+  if not len(rows):
     raise UsageError('the corpus produced no examples: none of its lines holds a token; '
                      'check that data.train_files (or data.eval_files) name text files')
-  blocks[-1] = blocks[-1][:, :rows_in_last_block]
-  input_ids, segment_ids = np.concatenate(blocks, axis=1)
-  return {'input_ids': input_ids, 'segment_ids': segment_ids}
+  return {name: np.ascontiguousarray(rows[name]) for name in ('input_ids', 'segment_ids')}

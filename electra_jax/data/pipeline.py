@@ -1,16 +1,9 @@
-"""The deterministic batches drawn from prepared examples: which example ids each step reads.
+"""Which example ids each step reads: a pure function of (examples, batch size, seed, step).
 
-The batch of every step is a pure function of (examples, batch size, seed, step), so a run
-resumed from a checkpoint sees exactly the batches the uninterrupted run would have: the
-checkpointed step *is* the iterator position, and no data-loader state needs saving.
-
-Process p of P takes rows [p * B/P, (p + 1) * B/P) of each global batch, so the processes read
-disjoint examples whose union is the global batch, and the global batches do not depend on how
-many processes (hosts) read them.
-
-`examples` is anything with len() and gather(indices) -> {'input_ids', 'segment_ids'} (a
-store.ExampleStore), or a dict of those two arrays. A store whose sources carry weights is a
-mixture: every batch then holds a fixed number of examples of each source (see mixture_counts).
+So a resumed run sees the batches the uninterrupted one would have: the checkpointed step is the
+iterator position. Process p of P reads rows [p * B/P, (p + 1) * B/P) of each global batch, so
+the global batches do not depend on the number of hosts. `examples` is a store.ExampleStore
+(len, gather; weighted sources make a mixture) or a dict of 'input_ids' and 'segment_ids'.
 """
 
 from collections.abc import Iterator, Mapping, Sequence
@@ -61,13 +54,8 @@ def _check_arguments(num_examples: int, global_batch_size: int, seed: int, step:
 
 def batch_indices(num_examples: int, global_batch_size: int, seed: int,
                   step: int) -> np.ndarray:
-  """Example indices (int64 [B]) of global batch `step`.
-
-  The example stream is epoch 0, epoch 1, ... in order, epoch e being a permutation of
-  range(num_examples) drawn from np.random.default_rng([seed, e]); batch `step` is stream
-  positions [step * B, (step + 1) * B). A batch may straddle epochs, or span several when B
-  exceeds the number of examples. Only the permutations of those epochs are computed.
-  """
+  """Example indices (int64 [B]) of global batch `step`: positions [step * B, (step + 1) * B)
+  of the stream epoch 0, epoch 1, ..., epoch e a permutation drawn from default_rng([seed, e])."""
   _check_arguments(num_examples, global_batch_size, seed, step)
   start = int(step) * int(global_batch_size)
   return _stream_slice(int(num_examples), int(seed), start, start + int(global_batch_size))
@@ -76,8 +64,7 @@ def batch_indices(num_examples: int, global_batch_size: int, seed: int,
 def mixture_counts(weights: Sequence[float], global_batch_size: int) -> list[int]:
   """Examples of each source in every batch: B * weight, rounded by largest remainder.
 
-  A fixed count per batch makes the position of every source's stream at step s simply
-  s * count, so any step's batch is computed directly. The realized shares are count / B.
+  A fixed count puts every source's stream at s * count at step s: any step is computed directly.
   """
   shares = np.asarray(weights, np.float64) / np.sum(weights) * global_batch_size
   counts = np.floor(shares).astype(np.int64)
@@ -95,9 +82,8 @@ def mixture_batch_indices(source_sizes: Sequence[int], weights: Sequence[float],
                           global_batch_size: int, seed: int, step: int) -> np.ndarray:
   """Example ids (int64 [B]) of global batch `step` of a weighted mixture of sources.
 
-  Source k holds ids [sum(sizes[:k]), sum(sizes[:k+1])) and has its own epoch stream, drawn
-  from (seed, epoch, k); batch `step` takes the next mixture_counts(...)[k] examples of each
-  stream, then shuffles its rows with (seed, step), so every process's share mixes sources.
+  Each source has its own epoch stream; the batch's rows are shuffled with (seed, step), so
+  every process's share mixes sources.
   """
   _check_arguments(min(source_sizes), global_batch_size, seed, step)
   counts = mixture_counts(weights, global_batch_size)
@@ -155,10 +141,9 @@ def local_batch(examples, global_batch_size: int, seed: int, step: int,
 def eval_batches(examples, global_batch_size: int, num_batches: int,
                  process_index: int = 0,
                  process_count: int = 1) -> Iterator[dict[str, np.ndarray]]:
-  """This process's rows of a fixed, unshuffled pass over the first num_batches * B examples.
+  """This process's rows of an unshuffled pass over the first num_batches * B examples.
 
-  The pass wraps around to the first example when the evaluation set is smaller, so every
-  batch is full and has the same shape (one compiled evaluation step serves them all).
+  It wraps around a smaller set, so every batch is full and one compiled step serves them all.
   """
   rows = _process_rows(global_batch_size, process_index, process_count)
   num_examples = _num_examples(examples)

@@ -1,14 +1,10 @@
-"""Preparing a corpus once: its units tokenized and packed in parallel into a prepared split.
+"""Preparing a corpus once: a prepared directory (vocabulary and splits), or main's cached split.
 
-Each unit of work (see sources.py) becomes one shard, packed with its own random stream
-np.random.default_rng([seed, source, unit]), so the examples and their ids are a pure function
-of (corpus, vocabulary, max_seq_length, seed), whatever the number of workers. Workers are
-spawned processes (not forked: the parent may hold JAX's threads), each loading the vocabulary
-once. The split is written to a temporary directory and moved into place only when complete,
-so an interrupted preparation leaves no directory that claims to be prepared, and one stopped
-by text that cannot be read (text.py, formats.py) leaves the split it would replace as it was.
-Flaws read past instead (a file without text, a <doc> without </doc>) are counted in the
-summary and named in a warning.
+Each unit of work (sources.py) becomes one shard packed with its own stream
+default_rng([seed, source, unit]), so the examples are a pure function of (corpus, vocabulary,
+max_seq_length, seed) whatever the number of workers. Workers are spawned, not forked: the parent
+may hold JAX's threads. Everything is made beside its place and moved in only when complete, so
+an interrupted or refused preparation leaves what it would replace as it was.
 """
 
 import collections
@@ -26,11 +22,14 @@ from absl import logging
 import numpy as np
 import tqdm
 
-from electra_jax.data import packing, sources as sources_lib, store, vocab as vocab_lib
+from electra_jax.common import run_lock
 from electra_jax.common.errors import UsageError
+from electra_jax.data import packing, sources as sources_lib, store, vocab as vocab_lib
 
 _LINES_PER_ENCODE = 4096  # Lines tokenized per call (sentencepiece encodes a batch in C++).
-_ROWS_PER_BLOCK = 8192
+SPLITS = ('train', 'eval')
+# A vocabulary's files: sentencepiece's model and its piece list, or a WordPiece vocab.txt.
+VOCAB_FILES = ('vocab.model', 'vocab.vocab', 'vocab.txt')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,19 +85,8 @@ def pack_unit(task: _Task) -> dict:
   dtype = store.record_dtype(task.max_seq_length, task.ids_dtype)
   rng = np.random.default_rng([task.seed, task.source_index, task.unit_index])
   documents = _tokenized(sources_lib.read_unit(task.unit, notes), vocab, counts)
-  # Rows go into preallocated blocks: an array per example would cost far more memory.
-  blocks, filled = [], _ROWS_PER_BLOCK
-  for pair in packing.PACKINGS[task.unit.packing](documents, task.max_seq_length, rng):
-    if filled == _ROWS_PER_BLOCK:
-      blocks.append(np.zeros(_ROWS_PER_BLOCK, dtype))
-      filled = 0
-    block = blocks[-1]
-    packing.fill_example(pair, block['input_ids'][filled], block['segment_ids'][filled],
-                         vocab.cls_id, vocab.sep_id)
-    filled += 1
-  if blocks:
-    blocks[-1] = blocks[-1][:filled]
-  rows = np.concatenate(blocks) if blocks else np.zeros(0, dtype)
+  pairs = packing.PACKINGS[task.unit.packing](documents, task.max_seq_length, rng)
+  rows = packing.packed_rows(pairs, dtype, vocab.cls_id, vocab.sep_id)
   rows['check'] = store.row_checks(rows, task.shard_index, np.arange(len(rows)))
   entry = store.write_shard(task.shard_path, rows)
   ids = rows['input_ids']
@@ -110,8 +98,7 @@ def pack_unit(task: _Task) -> dict:
 
 
 def _indexed_pack(indexed_task):
-  index, task = indexed_task
-  return index, pack_unit(task)
+  return indexed_task[0], pack_unit(indexed_task[1])
 
 
 def _run(tasks: Sequence[_Task], workers: int) -> Iterator[tuple[int, dict]]:
@@ -124,11 +111,10 @@ def _run(tasks: Sequence[_Task], workers: int) -> Iterator[tuple[int, dict]]:
 
 def _files_without_text(tasks: Sequence[_Task], results: Sequence[dict]) -> list[str]:
   """The text and .jsonl files none of whose units held a document, in corpus order."""
-  documents = {}
+  documents = collections.Counter()
   for task, result in zip(tasks, results):
     if task.unit.kind in ('text', 'jsonl'):
-      documents[task.unit.path] = (documents.get(task.unit.path, 0) +
-                                   result['counts']['documents'])
+      documents[task.unit.path] += result['counts']['documents']
   return [path for path, count in documents.items() if not count]
 
 
@@ -258,7 +244,6 @@ def prepare_split(sources: Sequence[sources_lib.Source],
 def resolve(sources: Sequence[sources_lib.Source], *, tfds_data_dir: str = '',
             text_field: str = 'text',
             unit_bytes: int = sources_lib.UNIT_BYTES) -> list[list[sources_lib.Unit]]:
-  """The units of every source."""
   return [sources_lib.source_units(s, tfds_data_dir=tfds_data_dir, text_field=text_field,
                                    unit_bytes=unit_bytes) for s in sources]
 
@@ -266,8 +251,7 @@ def resolve(sources: Sequence[sources_lib.Source], *, tfds_data_dir: str = '',
 def train_vocab(sources: Sequence[sources_lib.Source], vocab_size: int, out_prefix: str, *,
                 tfds_data_dir: str = '', text_field: str = 'text', max_sentences: int = 1_000_000,
                 seed: int = 0, lowercase: bool = False) -> vocab_lib.Vocab:
-  """Trains a sentencepiece vocabulary on a bounded random sample of the sources' lines
-  (case-folding, with `lowercase`; see vocab.train_vocab_on_sentences)."""
+  """A sentencepiece vocabulary trained on a bounded random sample of the sources' lines."""
   vocab_lib.check_sample_size(max_sentences)
   units = resolve(sources, tfds_data_dir=tfds_data_dir, text_field=text_field)
   sample = sources_lib.sample_lines([u for source_units in units for u in source_units],
@@ -296,11 +280,10 @@ def ensure_prepared(sources: Sequence[sources_lib.Source], vocab, out_dir: str, 
                     text_field: str = 'text', workers: int = 0,
                     unit_bytes: int = sources_lib.UNIT_BYTES, check_mtimes: bool = True,
                     name: str = 'train') -> store.ExampleStore:
-  """The prepared split in `out_dir`, (re)made when absent, damaged or made from other inputs.
+  """main's cached split in `out_dir`, (re)made when absent, damaged or made from other inputs.
 
-  This is the cache `main` keeps in <workdir>/data: it can always be remade from the sources.
-  `check_mtimes=False` accepts a split made from files of the same paths and sizes but other
-  modification times: what another host (process 0) prepared from its own copy of the corpus.
+  `check_mtimes=False` accepts files of the same paths and sizes but other modification times:
+  what another host (process 0) prepared from its own copy of the corpus.
   """
   units = resolve(sources, tfds_data_dir=tfds_data_dir, text_field=text_field,
                   unit_bytes=unit_bytes)
@@ -320,3 +303,97 @@ def ensure_prepared(sources: Sequence[sources_lib.Source], vocab, out_dir: str, 
   prepare_split(sources, units, vocab, out_dir, max_seq_length=max_seq_length, seed=seed,
                 key=key, workers=workers, name=name)
   return store.open_store(out_dir, remedy=remedy)
+
+
+def _dataset_vocab(config, out: str, stage: str, train_sources, overwrite: bool):
+  """`out`'s vocabulary, or a new one in `stage`: data.vocab_model's, or one trained."""
+  given = config.data.vocab_model
+  existing = [p for p in (os.path.join(out, n) for n in ('vocab.model', 'vocab.txt'))
+              if os.path.exists(p)]
+  if given:
+    vocab = vocab_lib.load_vocab(given)
+    name = 'vocab.txt' if given.endswith('.txt') else 'vocab.model'
+    if existing and existing[0] == os.path.join(out, name) and vocab_lib.vocab_fingerprint(
+        vocab_lib.load_vocab(existing[0])) == vocab_lib.vocab_fingerprint(vocab):
+      return vocab_lib.load_vocab(existing[0])
+    if existing and not overwrite:
+      raise UsageError(f"{existing[0]} differs from data.vocab_model '{given}'; pass --overwrite "
+                       'to prepare everything in --out again with it, or choose another --out')
+    shutil.copyfile(given, os.path.join(stage, name))
+    return vocab_lib.load_vocab(os.path.join(stage, name))
+  if existing and not overwrite:
+    vocab = vocab_lib.load_vocab(existing[0])
+    vocab_lib.check_casing(vocab, config.data.vocab_lowercase)
+    return vocab
+  return train_vocab(
+      train_sources, config.model.vocab_size, os.path.join(stage, 'vocab'),
+      tfds_data_dir=config.data.tfds_data_dir, text_field=config.data.text_field,
+      max_sentences=config.data.vocab_sample_sentences, seed=config.seed,
+      lowercase=config.data.vocab_lowercase)
+
+
+def _move_stage_into(stage: str, out: str) -> None:
+  """Moves what was made in `stage` into `out`; a new vocabulary replaces both kinds."""
+  made = sorted(os.listdir(stage))
+  if any(name in VOCAB_FILES for name in made):
+    for name in VOCAB_FILES:
+      if os.path.exists(os.path.join(out, name)):
+        os.remove(os.path.join(out, name))
+  for name in made:
+    if os.path.isdir(os.path.join(stage, name)):
+      move_into_place(os.path.join(stage, name), os.path.join(out, name))
+    else:
+      os.replace(os.path.join(stage, name), os.path.join(out, name))
+
+
+def prepare_dataset(config, out: str, *, overwrite: bool = False) -> dict[str, dict]:
+  """The vocabulary and splits the config names, prepared into `out` (the prepare command)."""
+  if config.data.prepared_dir:
+    raise UsageError('data.prepared_dir names data that is already prepared; name the corpus to '
+                     'prepare with data.sources or data.train_files')
+  store.check_local(out, '--out')
+  specs = {split: sources_lib.from_config(config.data, split) for split in SPLITS}
+  if specs['train'] is None:
+    raise UsageError('no training data to prepare: pass --config.data.sources=... or '
+                     '--config.data.train_files=PATH_OR_GLOB')
+  # Held throughout: two preparations into one `out` would each move their own vocabulary and
+  # splits in at the end, and finishing interleaved could pair one's vocabulary with the
+  # other's examples.
+  with run_lock.only_run_in(out, 'preparation', create=True):
+    stage = f'{os.path.normpath(out)}.incomplete{os.getpid()}'
+    shutil.rmtree(stage, ignore_errors=True)
+    os.makedirs(stage)
+    try:
+      manifests = _prepare_into(config, out, stage, specs, overwrite)
+      _move_stage_into(stage, out)
+    finally:
+      shutil.rmtree(stage, ignore_errors=True)
+  return manifests
+
+
+def _prepare_into(config, out: str, stage: str, specs, overwrite: bool) -> dict[str, dict]:
+  """Makes in `stage` what `out` lacks or holds from other inputs; returns every manifest."""
+  vocab = _dataset_vocab(config, out, stage, specs['train'], overwrite)
+  manifests = {}
+  for split, split_specs in specs.items():
+    if split_specs is None:
+      continue
+    units = resolve(split_specs, tfds_data_dir=config.data.tfds_data_dir,
+                    text_field=config.data.text_field)
+    key = preparation_key(split_specs, units, vocab, config.max_seq_length, config.seed,
+                          config.data.text_field)
+    split_dir = os.path.join(out, split)
+    if os.path.exists(os.path.join(split_dir, store.MANIFEST)):
+      manifest = store.read_manifest(split_dir)
+      if manifest['key'] == key:
+        manifests[split] = manifest
+        continue
+      if not overwrite:
+        raise UsageError(f'{split_dir} holds data prepared from other inputs (sources, '
+                         'vocabulary, max_seq_length or seed); pass --overwrite to replace it, '
+                         'or choose another --out')
+    manifests[split] = prepare_split(
+        split_specs, units, vocab, os.path.join(stage, split),
+        max_seq_length=config.max_seq_length, seed=config.seed, key=key,
+        workers=config.data.prepare_workers, name=split)
+  return manifests

@@ -1,10 +1,7 @@
 """The run's vocabulary in its workdir, and this host's directory for what must be local.
 
-The vocabulary lives in the workdir: `vocab.model` (sentencepiece) or `vocab.txt` (WordPiece),
-copied from data.vocab_model or data.prepared_dir, or trained on the corpus on first use. A
-workdir at a URI (gs://, a pod slice's) holds it too, and each host loads a copy of it from its
-local directory, because sentencepiece reads local files only. Training, export and
-fine-tuning all read it from here.
+A workdir at a URI (gs://) holds the vocabulary too; each host loads a local copy, because
+sentencepiece reads local files only.
 """
 
 import hashlib
@@ -27,12 +24,9 @@ def _prepared_vocab(prepared_dir: str) -> str:
 
 
 def local_dir(config: ml_collections.ConfigDict, workdir: str) -> str:
-  """This host's directory for what must be local: prepared examples, the vocabulary's copy.
-
-  data.local_dir, else <workdir>/data for a local workdir, else a directory named after the
-  workdir in ~/.cache/electra_jax, the same on every host of a slice.
-  """
-  chosen = config.data.get('local_dir', '')  # config.json of older runs lacks the field
+  """This host's directory for prepared examples and the vocabulary's copy: data.local_dir,
+  <workdir>/data, or for a URI one named after it in ~/.cache/electra_jax (alike on every host)."""
+  chosen = config.data.local_dir
   if chosen:
     if storage.is_uri(chosen):
       raise UsageError(f"data.local_dir='{chosen}' is not a local path; prepared examples are "
@@ -59,14 +53,8 @@ def load_run_vocab(workdir: str, directory: str):
 
 
 def setup_vocab(config: ml_collections.ConfigDict, workdir: str) -> vocab_lib.Vocab:
-  """The workdir's vocabulary, created on first use by copying or training one.
-
-  It is `vocab.model` (sentencepiece) or, for a run that keeps a WordPiece vocabulary such as
-  one imported from a Google checkpoint, `vocab.txt`. Without data.vocab_model, a run on
-  data.prepared_dir takes the vocabulary stored there, and any other run trains one. With a
-  workdir at a URI the vocabulary is trained in local_dir and uploaded, and loaded from a copy
-  there.
-  """
+  """The workdir's vocab.model or vocab.txt, on first use copied from data.vocab_model or
+  data.prepared_dir, or trained (in local_dir, then uploaded, for a workdir at a URI)."""
   given = config.data.vocab_model
   if config.data.prepared_dir:
     store.check_local(config.data.prepared_dir, 'data.prepared_dir')

@@ -1,24 +1,9 @@
-"""Corpus sources: text files, JSON Lines files and TFDS datasets, cut into units of work.
+"""Corpus sources (data.sources: tfds:NAME..., text and .jsonl paths or globs, each @WEIGHT or
+none; docs/data.md) cut into units of work.
 
-A source is one item of the comma-separated `data.sources` (or `data.eval_sources`):
-
-  tfds:NAME[/CONFIG][:VERSION][:SPLIT[:FEATURE]]   a TFDS dataset, e.g. tfds:wikipedia/20230601.en
-                                                   (split 'train', feature 'text' by default;
-                                                   slices like train[:99%] work)
-  PATH_OR_GLOB                                     .txt / .txt.gz / other text files in
-                                                   data.text_format (formats.py: plain lines,
-                                                   Gutenberg books, WikiExtractor, WikiText; by
-                                                   default detected per file); .jsonl /
-                                                   .jsonl.gz, one document per line in the field
-                                                   data.text_field
-
-Either may end in @WEIGHT to make the sources a weighted mixture (weights on all or none).
-
-Preparation reads a source as a list of units, each a stretch of documents that one worker
-tokenizes and packs into one shard: a ~64 MB byte range of a text file (cut between documents),
-a whole book, a whole .gz file, or a range of a TFDS split. A unit also records how its
-documents become examples (data.packing, see packing.py). The units, and so the shards and the
-example ids, depend only on the data, never on the number of workers.
+A unit is what one worker tokenizes and packs into one shard: a ~64 MB byte range of a text
+file (cut between documents), a whole book or .gz file, or a range of a TFDS split, with its
+format and packing. The units, and so the example ids, never depend on the number of workers.
 """
 
 import collections
@@ -141,8 +126,7 @@ def from_config(data_config, split: str) -> list[Source] | None:
   files_field = f'{split}_files'
   sources_field = 'sources' if split == 'train' else 'eval_sources'
   files, specs = data_config[files_field], data_config[sources_field]
-  how = {'text_format': data_config.get('text_format', 'auto'),
-         'packing': data_config.get('packing', 'auto')}
+  how = {'text_format': data_config['text_format'], 'packing': data_config['packing']}
   if files and specs:
     raise UsageError(f'set config.data.{files_field} or data.{sources_field}, not both')
   if specs:
@@ -235,8 +219,8 @@ def read_unit(unit: Unit, notes: collections.Counter | None = None) -> Iterator[
 
 
 def _reading(unit: Unit) -> dict:
-  """How a unit's text becomes examples, where that is not the original's way: data prepared
-  before formats and packings could be chosen keeps its identity."""
+  """How a unit's text becomes examples, where not the original's way (so that older prepared
+  data keeps its identity)."""
   reading = {'format': unit.text_format} if unit.text_format != 'lines' else {}
   return reading | ({'packing': unit.packing} if unit.packing != 'original' else {})
 
@@ -260,12 +244,8 @@ def describe(sources: Sequence[Source]) -> str:
 
 
 def sample_lines(units: Sequence[Unit], max_lines: int, seed: int) -> list[str]:
-  """A random sample of at most `max_lines` lines of the units' text, in bounded memory and time.
-
-  Units are read in a random order (drawn from `seed`) through a reservoir sample; reading
-  stops once _SAMPLE_OVERREAD x max_lines lines have passed, so on a huge corpus the sample
-  comes from a random subset of its ~64 MB units and on a small one from all of its text.
-  """
+  """A random sample of at most `max_lines` lines of the units' text, in bounded memory and time:
+  units in a random order, until _SAMPLE_OVERREAD x max_lines lines have passed."""
   rng = np.random.default_rng(seed)
   budget = _SAMPLE_OVERREAD * max_lines
 

@@ -1,26 +1,12 @@
-"""Prepared examples on disk: fixed-length records in .npy shards, a manifest, random access.
+"""Prepared examples on disk: manifest.json and .npy shards of fixed-length records.
 
-A prepared split is a directory:
-
-  manifest.json                    what the examples were made from and what they hold
-  shard-00000-of-00012.npy, ...    one per unit of work; example ids count through them in order
-
-A shard is a NumPy .npy file holding a structured array with one row per example:
-`input_ids` [L] (uint16 when the vocabulary fits, else int32), `segment_ids` [L] (uint8) and
-`check` (uint32), a checksum of the row and of its place (shard, row). Readers memory-map the
-shards, so a process reads only the pages of the examples it gathers, and every process on a
-host shares one page cache. Any numpy reads a shard (`np.load(path, mmap_mode='r')`), and an
-ExampleStore is itself a random-access source (len, [i]) as grain's samplers expect.
-
-Why not ArrayRecord: its Python reader spends ~3 ms per `read(indices)` call on one core (it
-wakes a thread pool per call), and a shuffled batch calls it once per shard it touches. In
-data/benchmark.py (17 shards, batches of 128 x 128) it delivered 2-5M tokens/s on one core
-where these memory-mapped shards deliver 49-74M: a row is a copy of a few hundred bytes.
-
-Damage is caught, never repaired silently: opening checks every shard's presence, size and
-header against the manifest (a truncated or missing shard fails at once), every gathered row
-is checked against its checksum (a corrupt row fails when read), and verify_store compares
-whole files with the sha256 the manifest records.
+A shard is a structured array, a row per example (`input_ids`, `segment_ids` and a `check` of
+the row and its place), one shard per unit of work, ids counting through them in order. Shards
+are memory-mapped, so a process reads only the pages it gathers and a host shares one page
+cache. Not ArrayRecord: its reader costs ~3 ms per call, and in benchmarks/data_pipeline.py it
+delivered 2-5M tokens/s on one core where these shards deliver 49-74M. Damage is caught, never
+repaired: opening checks each shard's size and header, each row read its check, and
+verify_store every file's sha256.
 """
 
 from collections.abc import Sequence
@@ -111,8 +97,11 @@ def read_manifest(directory: str) -> dict:
                      '`python -m electra_jax.prepare --config=... --out=DIR`') from None
   except (OSError, ValueError) as e:
     raise UsageError(f"cannot read '{path}' ({e}); prepare the data again") from None
-  if manifest.get('format') != FORMAT:
-    raise UsageError(f"'{directory}' was prepared in format {manifest.get('format')}, this "
+  if not isinstance(manifest, dict) or 'format' not in manifest:
+    raise UsageError(f"'{path}' names no format, so electra_jax.prepare did not write it; "
+                     'prepare the data again')
+  if manifest['format'] != FORMAT:
+    raise UsageError(f"'{directory}' was prepared in format {manifest['format']}, this "
                      f'electra_jax reads format {FORMAT}; prepare the data again')
   return manifest
 

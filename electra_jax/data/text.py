@@ -1,19 +1,8 @@
-"""Reading text files line by line, and plain corpora: one sentence or paragraph per line.
+"""Text files read line by line (universal newlines, .gz too), and plain corpora in byte ranges.
 
-A plain corpus has a blank line between documents: the input format of google-research/electra's
-build_pretraining_dataset.py (formats.py reads books and Wikipedia from the same lines). Big
-files are read in byte ranges cut between documents, so several workers can prepare one file.
-
-A line ends at '\n', '\r\n' or a lone '\r' (old Mac files), as in Python's universal newlines, so
-mixed endings read as the same lines. Files must be UTF-8 text (a .gz file is decompressed as it
-is read). What is not is refused with one error that names the file, the line and the byte
-offset, and reading stops there, rather than anything being silently replaced or dropped,
-because such text would quietly end up in the vocabulary and the examples:
-  - bytes that are not UTF-8 (e.g. Latin-1 text, or random bytes);
-  - a NUL byte, which no text holds: the file is binary, or UTF-16/UTF-32 text;
-  - a line longer than MAX_LINE_BYTES (16 MiB; a .jsonl record may be a whole book, up to
-    sources.MAX_RECORD_BYTES): a file without line breaks, which would otherwise fill memory;
-  - a damaged or truncated .gz file (the offset counts uncompressed bytes).
+Bytes that are not UTF-8, a NUL byte (binary or UTF-16), a line over MAX_LINE_BYTES or a damaged
+.gz are refused naming the file, line and offset, never replaced or dropped: such text would
+quietly end up in the vocabulary and the examples.
 """
 
 import collections
@@ -34,11 +23,9 @@ _BLOCK_BYTES = 1 << 20  # Read at a time.
 
 
 def resolve_files(patterns: str | Sequence[str], setting: str = 'data.train_files') -> list[str]:
-  """Expands comma-separated (or listed) paths and globs into a list of files.
+  """The files of comma-separated (or listed) paths and globs, each once, in the order given.
 
-  Each pattern's matches are sorted, so the order (and with it the data) does not depend on the
-  file system; patterns keep the order they were given in and a file is listed once.
-  `setting` names the config field the patterns came from, for error messages.
+  Each glob's matches are sorted, so the data does not depend on the file system's order.
   """
   if isinstance(patterns, str):
     patterns = patterns.split(',')
@@ -59,8 +46,8 @@ def resolve_files(patterns: str | Sequence[str], setting: str = 'data.train_file
 
 
 def files_glob_hint(pattern: str, directories: Sequence[str]) -> str:
-  """How to name the files in `directories` (what `pattern` matched): the glob, directly in them
-  or one level down (WikiExtractor's AA/wiki_00), by extension, that matches the most files."""
+  """The glob, in `directories` or one level down (WikiExtractor's AA/wiki_00), by extension,
+  that matches the most files: how to name what `pattern` meant."""
   counts = collections.Counter()
   for depth in ('', '*'):  # a manifest beside folders of text loses to the text
     for d in directories:
@@ -82,7 +69,6 @@ def describe_files(files: Sequence[str]) -> str:
 
 
 def _where(line_number: int | None, offset: int) -> str:
-  """'line 3, byte offset 57', or only the offset where the line number is not known."""
   return (f'line {line_number}, ' if line_number is not None else '') + f'byte offset {offset}'
 
 
@@ -106,11 +92,8 @@ def open_binary(path: str):
 
 
 def _raw_lines(f, limit: int) -> Iterator[bytes]:
-  """A binary file's lines with their endings: '\n', '\r\n' or a lone '\r' (universal newlines).
-
-  Read in blocks, so memory stays bounded: a line longer than `limit` is returned cut after
-  more than `limit` bytes, without its ending, for the caller to refuse.
-  """
+  """A binary file's lines with their endings, read in blocks: a line over `limit` bytes comes
+  cut short, without its ending, for the caller to refuse (memory stays bounded)."""
   pending, held = [], 0  # The start of an unfinished line, in pieces: joined once, when it ends.
   while block := f.read(_BLOCK_BYTES):
     if pending and pending[-1].endswith(b'\r'):  # It ended, with this block's '\n' if it has one.
@@ -141,12 +124,9 @@ def _raw_lines(f, limit: int) -> Iterator[bytes]:
 
 def read_lines_at(path: str, start: int = 0, stop: int | None = None,
                   max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, str]]:
-  """Yields (byte offset, line) for the lines of a file or of its bytes [start, stop), stripped.
+  """(byte offset, stripped line) of a file's bytes [start, stop), which begin at a line.
 
-  A range must begin at the start of a line (see line_ranges); offsets of a .gz file count
-  uncompressed bytes, and only a whole .gz file (start 0) can be read. A line may end in
-  '\n', '\r\n' or '\r'. Bytes that are not UTF-8 text (see the module doc) stop the reading
-  with an error that names the file, the line and the byte offset.
+  A .gz file is read whole (start 0), its offsets counting uncompressed bytes.
   """
   with open_binary(path) as f:
     if start:
@@ -204,11 +184,7 @@ def documents_of_lines(lines: Iterable[str]) -> Iterator[list[str]]:
 
 
 def read_documents(files: Iterable[str]) -> Iterator[list[str]]:
-  """Yields each document as its list of non-empty, stripped lines.
-
-  A whitespace-only line ends a document, and so does the end of a file (documents never span
-  files). Runs of blank lines do not produce empty documents.
-  """
+  """Each document of the files as its non-empty stripped lines; none spans two files."""
   for path in files:
     yield from documents_of_lines(read_lines(path))
 
@@ -223,13 +199,10 @@ def line_ranges(path: str, unit_bytes: int, *,
                 ends_document: Callable[[bytes], bool] | None = None,
                 starts_document: Callable[[bytes], bool] | None = None
                 ) -> list[tuple[int, int | None]]:
-  """Cuts a file into byte ranges of about `unit_bytes` that start at a line (or document).
+  """A file cut into byte ranges of about `unit_bytes`, (start, stop or None for the end).
 
-  With `ends_document` a range starts only after a line it accepts (a blank line, '</doc>'),
-  with `starts_document` only at a line it accepts (a title), so no document is cut in two;
-  without either, at any line. Reading the ranges one after another gives the documents of
-  the whole file. A .gz file cannot be entered in the middle and is one range. `None` as the
-  end means the end of file.
+  A range starts at a line: where given, after one `ends_document` accepts ('</doc>') or at one
+  `starts_document` accepts (a title), so no document is cut in two. A .gz file is one range.
   """
   size = os.path.getsize(path)
   if path.endswith('.gz') or size <= unit_bytes:

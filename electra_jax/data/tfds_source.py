@@ -1,17 +1,13 @@
 """Text of TFDS datasets, read without TensorFlow.
 
-A split stored in a random-access format (array_record or parquet, e.g. built with `tfds build
---file_format=array_record`) is read through `tfds.data_source`. A split stored as TFRecord
-files, the format of the prebuilt datasets in gs://tfds-data, is read here record by record (the
-framing is a length, a checksum and the bytes) and decoded with TFDS's own NumPy parser. Paths
-may be gs:// ones: TFDS opens them through etils.epath (which needs gcsfs without TensorFlow).
-
-Every error a user can cause (unknown dataset, unprepared dataset, missing split or feature,
-damaged file) becomes a UsageError naming the fix.
+A random-access split (array_record, parquet) is read through `tfds.data_source`; a TFRecord
+split (gs://tfds-data's prebuilt datasets) is framed here and decoded by TFDS's NumPy parser.
+gs:// paths go through etils.epath, which needs gcsfs without TensorFlow.
 """
 
 from collections.abc import Iterator, Sequence
 import functools
+import importlib
 import struct
 
 from electra_jax.common.errors import UsageError
@@ -40,7 +36,7 @@ def builder(name: str, data_dir: str):
     except tfds.core.registered.DatasetNotFoundError:
       # TFDS imports its catalog lazily; this registers the text datasets (wikipedia, c4,
       # pg19, lm1b, imdb_reviews, ...), so a catalog name resolves.
-      import tensorflow_datasets.text  # pylint: disable=g-import-not-at-top,unused-import
+      importlib.import_module('tensorflow_datasets.text')
       return tfds.builder(name, **kwargs)
   except tfds.core.registered.DatasetNotFoundError:
     raise UsageError(f"TFDS knows no dataset '{name}' (not in its catalog, not prepared in "
@@ -62,8 +58,8 @@ def _missing_split(name: str, split: str, data_dir: str, error: Exception) -> Us
 
 
 class NotPrepared(UsageError):
-  """A TFDS dataset not built in its data_dir. The fix names `setting`, the field that holds the
-  data_dir, and `instead`, another way to the data, both as the caller's config spells them."""
+  """A TFDS dataset not built in its data_dir; the fix names `setting` and `instead` as the
+  caller's config spells them."""
 
   def __init__(self, name: str, data_dir: str, setting: str = 'data.tfds_data_dir',
                instead: str = ''):
@@ -74,10 +70,6 @@ class NotPrepared(UsageError):
     self.name, self.data_dir = name, data_dir
 
 
-def _not_prepared(name: str, data_dir: str) -> UsageError:
-  return NotPrepared(name, data_dir)
-
-
 @functools.lru_cache(maxsize=None)
 def data_source(name: str, split: str, data_dir: str):
   """A random-access source of the split, or None for a split stored as TFRecord files."""
@@ -86,7 +78,7 @@ def data_source(name: str, split: str, data_dir: str):
     return tfds_builder.as_data_source(split=split)
   except NotImplementedError:  # No random-access files: TFRecord, or nothing at all.
     if not tfds_builder.is_prepared():
-      raise _not_prepared(name, data_dir) from None
+      raise NotPrepared(name, data_dir) from None
     tfds_builder.info.splits[split]  # pylint: disable=pointless-statement  (checks the split)
     return None
   except (ValueError, KeyError) as e:
@@ -94,7 +86,7 @@ def data_source(name: str, split: str, data_dir: str):
       raise _missing_split(name, split, data_dir, e) from None
     raise
   except FileNotFoundError:
-    raise _not_prepared(name, data_dir) from None
+    raise NotPrepared(name, data_dir) from None
 
 
 def _check_feature(name: str, feature: str, data_dir: str):
@@ -127,11 +119,8 @@ def _range_units(source, name: str, split: str, data_dir: str,
 
 def split_units(name: str, split: str, feature: str, data_dir: str,
                 unit_bytes: int) -> list[tuple[str, str, int, int]]:
-  """The units of a split as (kind, TFRecord file or '', first record, end record).
-
-  A random-access split is cut into record ranges of about `unit_bytes`; a TFRecord split
-  gives one unit per file it reads (TFDS's file instructions, which also apply a slice).
-  """
+  """The units of a split as (kind, TFRecord file or '', first record, end record): record
+  ranges of about `unit_bytes`, or one per TFRecord file read (TFDS's, slice applied)."""
   source = data_source(name, split, data_dir)
   _check_feature(name, feature, data_dir)
   units = (_tfrecord_units(name, split, data_dir) if source is None else
@@ -149,7 +138,7 @@ def _get_records(source, keys: Sequence[int]) -> list:
 
 
 def _tfrecords(path: str, start: int, stop: int) -> Iterator[bytes]:
-  """Records [start, stop) of a TFRecord file; checksums are not verified (see docstring)."""
+  """Records [start, stop) of a TFRecord file (length, CRC, bytes, CRC; the CRCs unchecked)."""
   from etils import epath  # pylint: disable=g-import-not-at-top
   with epath.Path(path).open('rb') as f:
     for index in range(stop):

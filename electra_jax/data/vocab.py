@@ -1,8 +1,9 @@
-"""SentencePiece vocabulary: training one on the corpus, loading it, and encoding text with it.
+"""The vocabulary: SentencePiece (trained here on the corpus) or BERT's WordPiece vocab.txt.
 
-Ids 0-4 are always [PAD], [UNK], [CLS], [SEP], [MASK], so the model and the objective can use
-them as constants. [CLS], [SEP] and [MASK] are *control* symbols: sentencepiece never produces
-them from text, so a corpus that literally contains "[MASK]" cannot forge a mask token.
+Ids 0-4 of a sentencepiece model are [PAD], [UNK], [CLS], [SEP], [MASK], the last three control
+symbols that sentencepiece never produces from text, so a corpus holding "[MASK]" cannot forge a
+mask. A vocab.txt keeps the ids of Google's released checkpoints; Hugging Face's `tokenizers`
+encodes it, as transformers does, so ids agree with theirs by construction.
 """
 
 from collections.abc import Iterable, Sequence
@@ -10,6 +11,7 @@ import dataclasses
 import hashlib
 import io
 import itertools
+import json
 import math
 import os
 import re
@@ -18,14 +20,17 @@ from typing import TypeVar
 import numpy as np
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2
+import tokenizers
+from tokenizers import decoders, normalizers, pre_tokenizers
 
 from electra_jax.data import text
-from electra_jax.data import wordpiece
 from electra_jax.common.errors import UsageError
 
 T = TypeVar('T')
 
 SPECIAL_PIECES = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
+# BERT's limit: a longer whitespace-separated word becomes one [UNK].
+MAX_CHARS_PER_WORD = 100
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,11 +50,8 @@ class Vocab:
     return self.processor.encode(list(lines), out_type=int)
 
   def encode_with_offsets(self, lines: Sequence[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
-    """Token ids of each line and each token's [start, end) character span in that line.
-
-    sentencepiece reports spans in UTF-8 bytes; a piece that stands for no character (the
-    word-initial '▁' on its own) has an empty span.
-    """
+    """Token ids of each line and each token's [start, end) character span in that line (empty
+    for a piece that stands for no character, a lone word-initial '▁')."""
     encoded = []
     for line, proto in zip(lines, self.processor.encode(list(lines), out_type='proto')):
       char_at = _byte_to_char(line)
@@ -63,12 +65,38 @@ class Vocab:
     return model_proto(self).normalizer_spec.name.endswith('_cf')
 
   def fingerprint(self) -> str:
-    """sha256 of the model's bytes: recorded with prepared data, so a changed vocabulary is seen.
-
-    Hashes the proto that was loaded, which equals the .model file's bytes, so a file replaced
-    after loading cannot make the fingerprint disagree with the ids in use.
-    """
+    """sha256 of the loaded proto (the .model's bytes): a file replaced after loading cannot make
+    it disagree with the ids in use."""
     return hashlib.sha256(self.processor.serialized_model_proto()).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class WordPieceVocab:
+  """A loaded vocab.txt, its tokenizer and the ids of its special tokens."""
+  tokenizer: tokenizers.Tokenizer  # without special tokens added around the text
+  pieces: tuple[str, ...]          # the vocabulary in id order
+  lowercase: bool
+  model_path: str
+  size: int
+  pad_id: int
+  unk_id: int
+  cls_id: int
+  sep_id: int
+  mask_id: int
+
+  def encode(self, lines: Sequence[str]) -> list[list[int]]:
+    """Token ids of each line ([CLS]/[SEP] are added by packing, not here)."""
+    encodings = self.tokenizer.encode_batch(list(lines), add_special_tokens=False)
+    return [encoding.ids for encoding in encodings]
+
+  def encode_with_offsets(self, lines: Sequence[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+    """Token ids of each line and each token's [start, end) character span in that line."""
+    encodings = self.tokenizer.encode_batch(list(lines), add_special_tokens=False)
+    return [(encoding.ids, [tuple(o) for o in encoding.offsets]) for encoding in encodings]
+
+  def fingerprint(self) -> str:
+    """sha256 over the pieces and the casing: what decides the ids of a text."""
+    return hashlib.sha256(json.dumps([self.lowercase, self.pieces]).encode()).hexdigest()
 
 
 def model_proto(vocab: Vocab) -> sentencepiece_model_pb2.ModelProto:
@@ -87,11 +115,8 @@ def _byte_to_char(text: str) -> list[int] | range:
 
 
 def reservoir_sample(items: Iterable[T], size: int, rng: np.random.Generator) -> list[T]:
-  """A uniform random sample of `size` items (all of them if fewer), in O(size) memory.
-
-  Algorithm L (Li, 1994): rather than drawing for every item, it draws the gap to the next
-  item that enters the reservoir, so n items cost O(size * log(n / size)) draws.
-  """
+  """A uniform random sample of `size` items (all if fewer) in O(size) memory: Algorithm L (Li,
+  1994) draws the gap to the next item kept, so n items cost O(size * log(n / size)) draws."""
   items = iter(items)
   sample = list(itertools.islice(items, size))
   if len(sample) < size:
@@ -110,9 +135,8 @@ def reservoir_sample(items: Iterable[T], size: int, rng: np.random.Generator) ->
 def sample_lines(files: Sequence[str], max_lines: int, seed: int) -> list[str]:
   """A uniform random sample of at most `max_lines` non-blank lines of the corpus.
 
-  Sampling here rather than with sentencepiece's `input_sentence_size` keeps the vocabulary a
-  pure function of (corpus, max_lines, seed): sentencepiece's own sampling differs between
-  runs even with `set_random_generator_seed` and one thread.
+  Not sentencepiece's `input_sentence_size`: its sampling differs between runs even with
+  `set_random_generator_seed` and one thread.
   """
   lines = (line for document in text.read_documents(files) for line in document)
   return reservoir_sample(lines, max_lines, np.random.default_rng(seed))
@@ -150,11 +174,10 @@ def _write_atomically(path: str, data: bytes) -> None:
 def train_vocab(files: Sequence[str], vocab_size: int, out_prefix: str, *,
                 max_sentences: int = 1_000_000, seed: int = 0,
                 model_type: str = 'unigram', lowercase: bool = False) -> Vocab:
-  """Trains a vocabulary on the corpus and writes `out_prefix.model` and `out_prefix.vocab`.
+  """Trains a vocabulary on the files and writes `out_prefix.model` and `out_prefix.vocab`.
 
-  The same corpus, size, seed and sentencepiece version give byte-identical files: the lines
-  are sampled here with `seed`, and the model proto is written here, so it does not record
-  `out_prefix` (sentencepiece stores the prefix it writes to inside the model).
+  Byte-identical for the same corpus, size, seed and sentencepiece: the lines are sampled here,
+  and the proto is written here, so it does not record `out_prefix` as sentencepiece would.
   """
   check_sample_size(max_sentences)
   return train_vocab_on_sentences(sample_lines(files, max_sentences, seed), vocab_size,
@@ -173,10 +196,8 @@ def train_vocab_on_sentences(sentences: Sequence[str], vocab_size: int, out_pref
                              lowercase: bool = False) -> Vocab:
   """Trains on sampled lines of `corpus` (its name, for messages); see train_vocab.
 
-  `lowercase` trains with sentencepiece's case-folding normalizer (NFKC, then case folding):
-  the model itself folds case, so every encoder of it (pretraining, fine-tuning, the exported
-  tokenizer.json) reads "The" and "the" as the same pieces, like BERT's and ELECTRA's uncased
-  English vocabularies.
+  With `lowercase` the model itself folds case (nmt_nfkc_cf), so every encoder of it, the
+  exported tokenizer.json too, reads "The" as "the", like BERT's uncased vocabularies.
   """
   if not sentences:
     raise UsageError(f'corpus {corpus} holds no text (only blank lines); '
@@ -208,10 +229,10 @@ def train_vocab_on_sentences(sentences: Sequence[str], vocab_size: int, out_pref
   return vocab
 
 
-def load_vocab(model_path: str) -> Vocab | wordpiece.WordPieceVocab:
+def load_vocab(model_path: str) -> Vocab | WordPieceVocab:
   """Loads a sentencepiece .model (checking that ids 0-4 are the specials) or a WordPiece .txt."""
   if model_path.endswith('.txt'):
-    return wordpiece.load_wordpiece(model_path)
+    return load_wordpiece(model_path)
   if not os.path.isfile(model_path):
     raise UsageError(f"vocabulary model '{model_path}' does not exist; check data.vocab_model, "
                      'or leave it empty to train a vocabulary on data.train_files')
@@ -235,12 +256,65 @@ def load_vocab(model_path: str) -> Vocab | wordpiece.WordPieceVocab:
   return Vocab(processor=processor, model_path=model_path, size=size)
 
 
-def check_casing(vocab: Vocab | wordpiece.WordPieceVocab, lowercase: bool) -> None:
-  """Refuses data.vocab_lowercase=True over an existing cased vocabulary it would not change.
+def is_uncased(pieces: Sequence[str]) -> bool:
+  """Whether no piece but the [SPECIALS] holds an uppercase letter: vocab.txt does not record
+  its casing, and this tells Google's uncased and cased vocabularies apart."""
+  return not any(p != p.lower() for p in pieces if not (p.startswith('[') and p.endswith(']')))
 
-  The vocabulary already on disk (a run's, or a prepared directory's) is what a run reads, so
-  asking for a lowercased one there would silently train on cased pieces.
-  """
+
+def bert_tokenizer(pieces: Sequence[str], lowercase: bool) -> tokenizers.Tokenizer:
+  """BERT's WordPiece tokenizer over `pieces` (id = position), without special tokens added."""
+  model = tokenizers.models.WordPiece({p: i for i, p in enumerate(pieces)}, unk_token='[UNK]',
+                                      max_input_chars_per_word=MAX_CHARS_PER_WORD)
+  tokenizer = tokenizers.Tokenizer(model)
+  # strip_accents=None: accents are stripped exactly when lowercasing, as in BERT.
+  tokenizer.normalizer = normalizers.BertNormalizer(
+      clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lowercase)
+  tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+  tokenizer.decoder = decoders.WordPiece(prefix='##')
+  return tokenizer
+
+
+def read_pieces(path: str) -> list[str]:
+  """The lines of a vocab.txt, one piece each (the line number is the id)."""
+  try:
+    with open(path, encoding='utf-8') as f:
+      return [line.rstrip('\r\n') for line in f]
+  except (OSError, UnicodeDecodeError) as e:
+    raise UsageError(f"cannot read WordPiece vocabulary '{path}' ({e}); "
+                     'point at a UTF-8 vocab.txt with one piece per line') from None
+
+
+def load_wordpiece(path: str, lowercase: bool | None = None) -> WordPieceVocab:
+  """Loads a vocab.txt; `lowercase=None` infers the casing from the pieces (see is_uncased)."""
+  if not os.path.isfile(path):
+    raise UsageError(f"WordPiece vocabulary '{path}' does not exist; check the path")
+  pieces = read_pieces(path)
+  ids = {}
+  for i, piece in enumerate(pieces):
+    if piece in ids:
+      raise UsageError(f"'{path}' lists '{piece}' twice (lines {ids[piece] + 1} and {i + 1}); "
+                       'a vocab.txt must hold each piece once')
+    ids[piece] = i
+  missing = [t for t in SPECIAL_PIECES if t not in ids]
+  if missing:
+    raise UsageError(f"'{path}' lacks the special tokens {missing}; a BERT/ELECTRA vocab.txt "
+                     f'holds all of {list(SPECIAL_PIECES)}')
+  if ids['[PAD]'] != 0:
+    # The model's attention mask is `input_ids != 0`.
+    raise UsageError(f"'{path}' has [PAD] at id {ids['[PAD]']}; electra_jax needs it at id 0 "
+                     '(line 1), as in BERT and ELECTRA vocabularies')
+  if lowercase is None:
+    lowercase = is_uncased(pieces)
+  pad, unk, cls, sep, mask = (ids[t] for t in SPECIAL_PIECES)
+  return WordPieceVocab(tokenizer=bert_tokenizer(pieces, lowercase), pieces=tuple(pieces),
+                        lowercase=lowercase, model_path=path, size=len(pieces), pad_id=pad,
+                        unk_id=unk, cls_id=cls, sep_id=sep, mask_id=mask)
+
+
+def check_casing(vocab: Vocab | WordPieceVocab, lowercase: bool) -> None:
+  """Refuses data.vocab_lowercase=True over a cased vocabulary already on disk: the run would
+  silently train on its cased pieces."""
   if lowercase and not vocab.lowercase:
     raise UsageError(f'data.vocab_lowercase=True, but {vocab.model_path} is a cased vocabulary '
                      'that this run would keep using; prepare into a new directory (or use a new '
@@ -248,24 +322,21 @@ def check_casing(vocab: Vocab | wordpiece.WordPieceVocab, lowercase: bool) -> No
                      '--config.data.vocab_lowercase')
 
 
-def vocab_fingerprint(vocab: Vocab | wordpiece.WordPieceVocab) -> str:
+def vocab_fingerprint(vocab: Vocab | WordPieceVocab) -> str:
   """What identifies the vocabulary's ids, recorded with prepared data (see Vocab.fingerprint)."""
   return vocab.fingerprint()
-
 
 
 WORD_START = '\u2581'  # sentencepiece's mark of a piece that begins a word
 
 
-def word_starts(vocab: Vocab | wordpiece.WordPieceVocab) -> bytes:
+def word_starts(vocab: Vocab | WordPieceVocab) -> bytes:
   """One byte per id, 1 where the piece begins a word: what whole-word and span masking read.
 
-  sentencepiece marks a word's first piece with '▁'; WordPiece marks the others with '##'.
-  Control pieces count as starts (they are words of their own); sentencepiece's [UNK] and
-  byte pieces (<0x..>) continue the word they stand in (after '▁' when they begin it), while
-  WordPiece's [UNK] replaces a whole word.
+  Control pieces are words of their own; sentencepiece's [UNK] and byte pieces continue the
+  word they stand in (after '▁' when they begin it), while WordPiece's [UNK] is a whole word.
   """
-  if isinstance(vocab, wordpiece.WordPieceVocab):
+  if isinstance(vocab, WordPieceVocab):
     starts = [not piece.startswith('##') for piece in vocab.pieces]
   else:
     processor = vocab.processor

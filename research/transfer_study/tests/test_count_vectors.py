@@ -83,14 +83,14 @@ def test_count_table_puts_pieces_of_the_same_contexts_together():
 
 def test_the_command_probes_and_writes_a_table_fine_tuning_reads(tmp_path, wikitext):
   # pylint: disable=g-import-not-at-top
-  from electra_jax.data import prepared_dir
+  from electra_jax.data import preparation
   real_file(SHARED_DATA / 'glue' / 'SST-2' / 'dev.tsv')
   config = load_config('tiny')
   config.max_seq_length = 32
   config.model.vocab_size = 1000
   config.data.update(train_files=str(wikitext / 'wiki.valid.raw'),
                      eval_files=str(wikitext / 'wiki.test.raw'), prepare_workers=1)
-  prepared_dir.prepare_dataset(config, str(tmp_path / 'data'))
+  preparation.prepare_dataset(config, str(tmp_path / 'data'))
   out = tmp_path / 'out'
   count_vectors.main([f'--data={tmp_path / "data"}', f'--out={out}', '--dim=16',
                       '--fractions=0.5,1', '--examples=400',
