@@ -76,14 +76,14 @@ def main(argv):
   start_processes()
   import jax  # pylint: disable=g-import-not-at-top
   from electra_jax.training import train  # pylint: disable=g-import-not-at-top  (keeps --help fast)
-  from electra_jax.hf import generator_source  # pylint: disable=g-import-not-at-top
+  from electra_jax.hf import importing  # pylint: disable=g-import-not-at-top
   cli.quiet_orbax()
   # Several processes leave SIGTERM to JAX's preemption notice, which Orbax's sync reads, and
   # Ctrl-C to Python: one process stopping alone would hang the others in a collective.
   with interrupts.catching(() if jax.process_count() > 1 else interrupts.SIGNALS) as stop:
     # A Hugging Face config.generator_init is read by hf/, a floor above training.
     state = cli.run(train.train_and_evaluate, _CONFIG.value, _WORKDIR.value,
-                    generator_source.read)
+                    importing.read_generator)
   if int(state.step) < _CONFIG.value.num_train_steps:  # stopped before its end: not finished
     sys.exit(stop.exit_status())
 

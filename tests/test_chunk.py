@@ -12,10 +12,10 @@ import transformers
 
 from conftest import REPO, SHARED_DATA, real_file as real
 from electra_jax.common.config import load_config_file
-from electra_jax.data import wordpiece
+from electra_jax.data import vocab as vocab_lib
 from electra_jax.common.errors import UsageError
 from electra_jax.finetune.tagging import (data as chunk_data, metrics as chunk_metrics,
-                                          model as tagging_model)
+                                          run as tagging_run)
 from electra_jax.finetune import families as run
 from electra_jax.finetune import export as finetuned
 
@@ -101,7 +101,7 @@ def test_bioes_round_trip_keeps_the_chunks_of_the_real_training_file():
 def test_each_word_is_labelled_at_its_first_sub_token(tmp_path):
   (tmp_path / 'vocab.txt').write_text('\n'.join(
       '[PAD] [UNK] [CLS] [SEP] [MASK] the cat sat ##s on mat .'.split()) + '\n')
-  vocab = wordpiece.load_wordpiece(str(tmp_path / 'vocab.txt'))
+  vocab = vocab_lib.load_wordpiece(str(tmp_path / 'vocab.txt'))
   sentences = chunk_data.Sentences('mem', [['The', 'cats', 'sat', 'on', 'the', 'mat']],
                                    [['B-NP', 'I-NP', 'B-VP', 'B-PP', 'B-NP', 'I-NP']])
   labels = chunk_data.label_set(sentences.tags)
@@ -151,7 +151,7 @@ def test_fine_tunes_on_real_conll_and_writes_conlleval_input(tmp_path):
   labels = summary['labels']
   ids = np.random.default_rng(0).integers(5, vocab_size, (3, 20)).astype(np.int32)
   ids[1, 12:] = 0
-  ours = tagging_model.Tagger(ml_collections.ConfigDict(json.loads(
+  ours = tagging_run.Tagger(ml_collections.ConfigDict(json.loads(
       (tmp_path / 'out' / 'config.json').read_text())['model']), len(labels)).apply(
           {'params': params}, ids, np.zeros_like(ids))
   assert_same_logits(transformers.ElectraForTokenClassification, out, ids, ours, labels)

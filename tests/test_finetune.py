@@ -24,7 +24,7 @@ from electra_jax.training import checkpoint, train
 from electra_jax.common import config as config_lib, run_lock
 from electra_jax.training import optim as pretrain_optim
 from electra_jax.common.errors import UsageError
-from electra_jax.finetune import cpu_threefry, init, loop, model as model_lib, optim, settings
+from electra_jax.finetune import init, loop, optim, settings
 from electra_jax.finetune.glue import (data as glue_data, features, model as glue_model,
                                        run as glue_run, tasks)
 
@@ -95,7 +95,7 @@ def finetune_config(**overrides):
 
 def test_layer_wise_learning_rates_on_the_real_parameter_tree():
   model = glue_model.Classifier(tiny_model(40), num_outputs=3)
-  params = jax.device_get(jax.jit(lambda rng: model_lib.init_params(model, rng, 16))(
+  params = jax.device_get(jax.jit(lambda rng: init.init_params(model, rng, 16))(
       jax.random.PRNGKey(0)))
   factors = optim.layer_factors(params, num_layers=2, decay=0.8)
   flat = {jax.tree_util.keystr(k): v for k, v in jax.tree_util.tree_leaves_with_path(factors)}
@@ -154,12 +154,12 @@ def test_initial_parameters_are_those_of_flax_init_op_by_op():
   model = glue_model.Classifier(config, num_outputs=3)
   ids = jnp.zeros((1, 8), jnp.int32)
   eager = model.init({'params': jax.random.PRNGKey(5)}, ids, ids)['params']
-  compiled = model_lib.init_params(model, jax.random.PRNGKey(5), 8)
+  compiled = init.init_params(model, jax.random.PRNGKey(5), 8)
   jax.tree.map(np.testing.assert_array_equal, compiled, eager)
-  reused = model_lib._init_program.cache_info().hits  # pylint: disable=protected-access
-  model_lib.init_params(glue_model.Classifier(config.copy_and_resolve_references(), 3),
+  reused = init._init_program.cache_info().hits  # pylint: disable=protected-access
+  init.init_params(glue_model.Classifier(config.copy_and_resolve_references(), 3),
                         jax.random.PRNGKey(1), 8)
-  assert model_lib._init_program.cache_info().hits == reused + 1  # pylint: disable=protected-access
+  assert init._init_program.cache_info().hits == reused + 1  # pylint: disable=protected-access
 
 
 def test_attention_choice_reaches_the_classifier():
@@ -168,7 +168,7 @@ def test_attention_choice_reaches_the_classifier():
   ids = jnp.asarray(np.random.default_rng(0).integers(5, 40, (3, 16)), jnp.int32)
   ids = ids.at[0, 10:].set(0)  # padding, which every kernel must mask
   classifier = lambda attention: glue_model.Classifier(tiny_model(40), 3, attention=attention)
-  params = model_lib.init_params(classifier('einsum'), jax.random.PRNGKey(0), 16)
+  params = init.init_params(classifier('einsum'), jax.random.PRNGKey(0), 16)
   logits = {name: classifier(name).apply({'params': params}, ids, jnp.zeros_like(ids))
             for name in ('einsum', 'xla', 'auto')}
   np.testing.assert_allclose(logits['xla'], logits['einsum'], atol=1e-5)
@@ -188,7 +188,7 @@ def test_trimmed_padding_leaves_the_outputs_unchanged():
   np.testing.assert_array_equal(trimmed['segment_ids'], segments[:, :16])
   assert features.trim_padding({'input_ids': ids[:, :16]})['input_ids'].shape == (3, 16)
   classifier = glue_model.Classifier(tiny_model(40), 3)
-  params = model_lib.init_params(classifier, jax.random.PRNGKey(0), 32)
+  params = init.init_params(classifier, jax.random.PRNGKey(0), 32)
   outputs = lambda inputs: classifier.apply({'params': params}, inputs['input_ids'],
                                             inputs['segment_ids'])
   np.testing.assert_allclose(outputs(trimmed), outputs({'input_ids': ids, 'segment_ids': segments}),
@@ -204,7 +204,7 @@ def test_mean_pooling_reads_the_real_tokens_mean_and_the_config_reaches_it():
   ids[0, 9:], ids[1, 17:] = 0, 0
   segments = np.zeros_like(ids)
   mean_head = glue_model.Classifier(tiny_model(40), 3, pooling='mean')
-  params = model_lib.init_params(mean_head, jax.random.PRNGKey(0), 24)
+  params = init.init_params(mean_head, jax.random.PRNGKey(0), 24)
   logits, state = mean_head.apply({'params': params}, ids, segments,
                                   capture_intermediates=lambda m, _: m.name == 'discriminator',
                                   mutable=['intermediates'])
@@ -322,7 +322,7 @@ def test_the_loop_equals_a_host_loop_over_batch_order(files, tmp_path, multiple)
                                     multiple, 32)
     assert len(set(lengths)) > 1 and min(lengths) < 32  # the cut is exercised
   model = glue_model.Classifier(start.model, 2)
-  optimizer = optim.make_optimizer(config, model_lib.param_shapes(model, 32), 2, steps)
+  optimizer = optim.make_optimizer(config, init.param_shapes(model, 32), 2, steps)
   compiled = glue_run.compile_steps(model, optimizer, False, train.make_mesh())
   logged = []
   params = loop.train_seed(config, seed, start, model, compiled,
@@ -356,55 +356,6 @@ def test_the_loop_equals_a_host_loop_over_batch_order(files, tmp_path, multiple)
   assert [r['loss'] for r in logged] == pytest.approx(losses, rel=1e-5)
   for ours, theirs in zip(jax.tree.leaves(jax.device_get(params)), jax.tree.leaves(expected)):
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
-
-
-THREEFRY_CHECK = """
-import sys
-import jax, numpy as np
-from electra_jax.finetune import cpu_threefry
-
-def draws():
-  key = jax.random.PRNGKey(7)
-  return {'bits': jax.random.bits(key, (3, 1001)),
-          'mask': jax.random.bernoulli(jax.random.fold_in(key, 5), 0.9, (2, 4, 64, 64)),
-          'normal': jax.random.normal(jax.random.split(key, 3)[2], (257,)),
-          'keys': jax.random.split(jax.random.fold_in(key, 2**31 + 3), 5)}
-
-def program():  # a fresh function each time, so it is traced and lowered anew
-  return jax.jit(lambda: draws()).lower().compile()
-
-looped = program()
-with cpu_threefry.in_line_on_cpu():
-  in_line = program()
-after = program()
-np.savez(sys.argv[1], **{f'loop_{k}': v for k, v in jax.device_get(looped()).items()},
-         **{f'in_line_{k}': v for k, v in jax.device_get(in_line()).items()},
-         loops=np.array([' while(' in p.as_text() for p in (looped, in_line, after)]))
-"""
-
-
-def test_threefry_in_line_on_cpu_draws_the_bits_of_jax(tmp_path):
-  """The in-line lowering gives the bits of JAX's own loop lowering (compared in a fresh
-  process, which has not switched yet) for raw bits, dropout masks, normals, split and
-  fold_in, and its programs hold no loop; programs compiled after it are JAX's again (a global
-  switch stalled XLA:CPU on the electra_15 step under jax 0.12); and it computes the
-  specification's test vectors (Random123's known answers for Threefry-2x32-20)."""
-  known = [((0, 0), (0, 0), (0x6b200159, 0x99ba4efe)),
-           ((0xffffffff,) * 2, (0xffffffff,) * 2, (0x1cb996fc, 0xbb002be7)),
-           ((0x13198a2e, 0x03707344), (0x243f6a88, 0x85a308d3), (0xc4923a9c, 0x483df7a0))]
-  threefry = jax.jit(cpu_threefry.threefry2x32)
-  for key, counter, expected in known:
-    words = [jnp.asarray(word, jnp.uint32) for word in (*key, *counter)]
-    assert tuple(int(word) for word in threefry(*words)) == expected
-  out = tmp_path / 'draws.npz'
-  env = {**os.environ, 'JAX_PLATFORMS': 'cpu', 'JAX_NUM_CPU_DEVICES': '1'}
-  result = subprocess.run([sys.executable, '-c', THREEFRY_CHECK, str(out)], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
-  assert result.returncode == 0, result.stderr[-3000:]
-  draws = np.load(out)
-  assert list(draws['loops']) == [True, False, True]
-  for name in ('bits', 'mask', 'normal', 'keys'):
-    np.testing.assert_array_equal(draws[f'in_line_{name}'], draws[f'loop_{name}'])
 
 
 # ---- from a pretraining run -----------------------------------------------------------------

@@ -8,7 +8,7 @@ import sklearn.metrics
 
 from conftest import SHARED_DATA
 from electra_jax.common.errors import UsageError
-from electra_jax.finetune.glue import features, data as glue_data, metrics, tasks
+from electra_jax.finetune.glue import features, data as glue_data, tasks
 
 GLUE = SHARED_DATA / 'glue'
 
@@ -31,26 +31,26 @@ def write(path, text, bom=False):
 def test_metrics_agree_with_sklearn_and_scipy(seed):
   rng = np.random.default_rng(seed)
   labels, predictions = rng.integers(0, 2, 300), rng.integers(0, 2, 300)
-  assert metrics.accuracy(labels, predictions) == pytest.approx(
+  assert tasks.accuracy(labels, predictions) == pytest.approx(
       sklearn.metrics.accuracy_score(labels, predictions), abs=1e-12)
-  assert metrics.f1(labels, predictions) == pytest.approx(
+  assert tasks.f1(labels, predictions) == pytest.approx(
       sklearn.metrics.f1_score(labels, predictions), abs=1e-12)
-  assert metrics.mcc(labels, predictions) == pytest.approx(
+  assert tasks.mcc(labels, predictions) == pytest.approx(
       sklearn.metrics.matthews_corrcoef(labels, predictions), abs=1e-12)
   # Scores with many ties (GLUE's STS-B labels are often multiples of 0.2).
   gold = np.round(rng.uniform(0, 5, 300) * 5) / 5
   predicted = gold + rng.normal(0, 1.5, 300)
   for values in (predicted, np.round(predicted)):
-    assert metrics.pearson(gold, values) == pytest.approx(
+    assert tasks.pearson(gold, values) == pytest.approx(
         scipy.stats.pearsonr(gold, values)[0], abs=1e-10)
-    assert metrics.spearman(gold, values) == pytest.approx(
+    assert tasks.spearman(gold, values) == pytest.approx(
         scipy.stats.spearmanr(gold, values)[0], abs=1e-10)
 
 
 def test_degenerate_predictions_score_zero_like_sklearn():
   labels, constant = np.array([0, 1, 1, 0]), np.zeros(4, int)
-  assert metrics.mcc(labels, constant) == sklearn.metrics.matthews_corrcoef(labels, constant) == 0
-  assert metrics.f1(labels, constant) == 0.0
+  assert tasks.mcc(labels, constant) == sklearn.metrics.matthews_corrcoef(labels, constant) == 0
+  assert tasks.f1(labels, constant) == 0.0
 
 
 # ---- readers --------------------------------------------------------------------------------

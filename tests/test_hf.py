@@ -32,7 +32,7 @@ from electra_jax.data import packing, vocab as vocab_lib
 from electra_jax.common.errors import UsageError
 from electra_jax.hf import exporting, files, importing
 from electra_jax.model.networks import Electra, MaskedLM, init_params
-from electra_jax.finetune import init as finetune_init, model as finetune_model
+from electra_jax.finetune import init as finetune_init
 from electra_jax.objective import masking, mlm
 from test_tokenizer_export import google_vocab
 
@@ -512,14 +512,14 @@ def bert_checkpoint(directory, wikitext, architecture, seed=3):
 
 
 class SequenceOutput(nn.Module):
-  """The discriminator's sequence output, as fine-tuning computes it (finetune.model.encode)."""
+  """The discriminator's sequence output, as fine-tuning computes it (finetune.init.encode)."""
   config: ml_collections.ConfigDict
   dtype: jnp.dtype = jnp.float32
   attention: str = 'auto'
 
   @nn.compact
   def __call__(self, input_ids, segment_ids):
-    return finetune_model.encode(self, input_ids, segment_ids, deterministic=True)
+    return finetune_init.encode(self, input_ids, segment_ids, deterministic=True)
 
 
 def hidden_state_difference(params, model, bert_model):

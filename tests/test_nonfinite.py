@@ -19,7 +19,7 @@ from conftest import compile_train_step, load_config
 from electra_jax.training import checkpoint, train
 from electra_jax.common import cli
 from electra_jax.training import optim
-from electra_jax.data import pipeline, prepared_dir
+from electra_jax.data import pipeline, preparation
 from electra_jax.common.errors import UsageError
 from electra_jax.finetune.glue import run as glue_run
 from test_finetune import TINY, finetune_config, glue_folder, sentences, write_vocab
@@ -36,7 +36,7 @@ def data(tmp_path_factory):
   config.max_seq_length = 32
   config.data.update(train_files=str(root / 'corpus.txt'), vocab_model=str(root / 'vocab.txt'),
                      prepare_workers=1)
-  prepared_dir.prepare_dataset(config, str(root / 'prepared'))
+  preparation.prepare_dataset(config, str(root / 'prepared'))
   return root, vocab_size
 
 

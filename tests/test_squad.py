@@ -18,7 +18,7 @@ import transformers
 
 from conftest import REPO, SHARED_DATA, error_line, real_file as real
 from electra_jax.common.config import load_config_file
-from electra_jax.data import vocab as vocab_lib, wordpiece
+from electra_jax.data import vocab as vocab_lib
 from electra_jax.common.errors import UsageError
 from electra_jax.finetune.squad import (model as qa_model, data as squad_data,
                                         features as squad_features, metrics as squad_metrics)
@@ -107,7 +107,7 @@ PIECES = ('[PAD] [UNK] [CLS] [SEP] [MASK] ( ) - . , \' s the leader was john smi
 def pieces_vocab(tmp_path_factory):
   path = tmp_path_factory.mktemp('squad_vocab') / 'vocab.txt'
   path.write_text('\n'.join(PIECES) + '\n')
-  return wordpiece.load_wordpiece(str(path))
+  return vocab_lib.load_wordpiece(str(path))
 
 
 def test_answers_map_to_sub_tokens_and_back_to_the_context_text(pieces_vocab):

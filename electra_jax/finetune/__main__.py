@@ -3,12 +3,8 @@
 python -m electra_jax.finetune --config=configs/finetune/glue.py --config.task=MRPC \
     --config.init_from=RUN_OR_HF_DIR [--config.data_dir=GLUE_DIR] [--config.seeds=0,1,2] \
     --workdir=DIR
-(--config=configs/finetune/squad.py --config.task=squad_v1|squad_v2, or
- --config=configs/finetune/chunk.py, with --config.data_dir=DIR of their files)
-
-Writes DIR/results.json (each seed's dev metrics and the medians), DIR/config.json (the resolved
-recipe) and the task's outputs: DIR/<TASK>.tsv (GLUE submission files for the test split),
-predictions.json (SQuAD answers; for 2.0 also null_odds.json) or predictions.txt (chunk tags).
+(configs/finetune/squad.py with --config.task=squad_v1|squad_v2, or configs/finetune/chunk.py)
+Writes DIR/results.json, DIR/config.json (the resolved recipe) and the task's outputs.
 """
 
 from absl import app, flags
@@ -29,12 +25,12 @@ def main(argv):
     cli.fail(f'unexpected arguments: {" ".join(argv[1:])}\nusage: {USAGE}')
   cli.quiet_orbax()
   # pylint: disable=g-import-not-at-top  (keeps --help fast)
-  from electra_jax.finetune import results, families as run
+  from electra_jax.finetune import loop, families as run
   with interrupts.catching():  # SIGTERM, Ctrl-C: the seed under way saves; exit 143, 130
     summary = cli.run(run.fine_tune, _CONFIG.value, _WORKDIR.value)
   print(f'{summary["task"]}: {summary["score_metric"]} {summary["score"]:.4f} (median of '
-        f'{len(summary["seeds"])} seed(s)); {results.format_scores(summary["median"])}; '
-        f'{_WORKDIR.value}/{results.RESULTS}')
+        f'{len(summary["seeds"])} seed(s)); {loop.format_scores(summary["median"])}; '
+        f'{_WORKDIR.value}/{loop.RESULTS}')
 
 
 if __name__ == '__main__':

@@ -1,6 +1,5 @@
-"""The fine-tuning step compiled for a TPU slice on a host without one (training/aot.py's
-machinery applied to GLUE's step on finetune/loop.py: same model, optimizer, shardings, donation).
-It compiles GLUE's recipe, the shape of most fine-tuning, so it reads finetune/glue/.
+"""GLUE's fine-tuning step, the shape of most fine-tuning, compiled for a TPU slice on a host
+without one (training/aot.py's machinery: the loop's model, optimizer, shardings and donation).
 """
 
 import time
@@ -9,21 +8,17 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from electra_jax.finetune import model as model_lib, optim
+from electra_jax.finetune import init as finetune_init, optim
 from electra_jax.finetune.glue import run as glue_run, tasks
 from electra_jax.training import aot, flops, train
 
 
 def lower_finetune_step(config: ml_collections.ConfigDict, devices, num_examples: int,
                         num_outputs: int = 2):
-  """(lowered fine-tuning step, its abstract state, its data) of a GLUE classifier on `devices`.
-
-  `config` is a resolved fine-tuning config (glue/run.py's resolve) with the pretrained model in
-  config.model. The step holds the whole tokenized training set (`num_examples` rows,
-  replicated) and the [steps, batch] order on the devices, as finetune/loop.py places them.
-  """
+  """(lowered step, abstract state, data: `num_examples` rows and the batch order, as the loop
+  places them) of a GLUE classifier on `devices`, from a resolved `config`."""
   model = glue_run.classifier_of(config, config.model, num_outputs)
-  shapes = model_lib.param_shapes(model, config.max_seq_length)
+  shapes = finetune_init.param_shapes(model, config.max_seq_length)
   total_steps = max(1, int(num_examples * config.num_epochs / config.batch_size))
   optimizer = optim.make_optimizer(config, shapes, config.model.num_layers, total_steps)
   compiled = glue_run.compile_steps(model, optimizer, num_outputs == 1, train.make_mesh(devices))
@@ -46,8 +41,7 @@ def lower_finetune_step(config: ml_collections.ConfigDict, devices, num_examples
 
 
 def finetune_flops(config: ml_collections.ConfigDict) -> float:
-  """Model FLOPs of one fine-tuning step: the discriminator over B x L tokens, x3 for training
-  (the head, one dense layer on [CLS], is negligible)."""
+  """Model FLOPs of one step: the discriminator over B x L tokens, x3 (the head is negligible)."""
   as_pretraining = ml_collections.ConfigDict({
       'model': config.model.to_dict(), 'batch_size': config.batch_size,
       'max_seq_length': config.max_seq_length, 'mask_prob': 0.15, 'objective': 'mlm'})

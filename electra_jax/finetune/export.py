@@ -1,16 +1,8 @@
-"""A fine-tuned seed -> one transformers directory, where a standard class computes our model:
-
-  SQuAD, head 'plain'        ElectraForQuestionAnswering   (qa_outputs: dense(2) over every token)
-  chunk                      ElectraForTokenClassification (classifier: dense(labels), every token)
-  GLUE, head 'transformers'  ElectraForSequenceClassification (dense, GELU, dense on [CLS])
-
-The others have no such class: the 'electra' QA head conditions its end logits on the start and
-searches a beam, and ELECTRA's own GLUE head is one dense layer on [CLS] (as is the 'mean'
-pooling's). Each is refused by name, with the setting that exports.
-
-The logits are the same up to one difference of purpose: our QA head adds -1000 where an answer
-cannot lie (the question, padding); the exported layer gives the raw logits, as transformers'
-does, and the caller masks them.
+"""A fine-tuned seed -> one transformers directory whose standard class computes our model:
+SQuAD with head 'plain' as ElectraForQuestionAnswering, chunk as ElectraForTokenClassification,
+GLUE with head 'transformers' as ElectraForSequenceClassification. Other heads have no such class
+and are refused with the setting that exports. Our QA head adds -1000 where an answer cannot lie;
+the exported one gives the raw logits, as transformers' does, and the caller masks them.
 """
 
 import json
@@ -21,7 +13,7 @@ import ml_collections
 import orbax.checkpoint as ocp
 
 from electra_jax.common.errors import UsageError
-from electra_jax.finetune import init as finetune_init, loop
+from electra_jax.finetune import init as finetune_init, loop, settings
 from electra_jax.finetune.glue import tasks
 from electra_jax.hf import files, model_card, model_config, params as params_lib, tokenizer
 
@@ -38,7 +30,7 @@ def network_of(config: ml_collections.ConfigDict) -> str:
     return 'qa'
   if config.task == 'chunk':
     return 'tagger'
-  if config.get('head', 'electra') != 'transformers':
+  if config.head != 'transformers':
     raise UsageError(f"a model fine-tuned on {config.task} with ELECTRA's GLUE head (one dense "
                      "layer on [CLS]) has no transformers class (ElectraForSequenceClassification "
                      'has dense, GELU, dense); fine-tune with --config.head=transformers to '
@@ -64,12 +56,12 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
   path = os.path.join(workdir, 'config.json')
   if not os.path.isfile(path):
     raise UsageError(f"'{workdir}' holds no fine-tuning run (no config.json)")
-  with open(path) as f:
-    return ml_collections.ConfigDict(json.load(f))
+  with open(path) as f:  # an older run's lacks fields: read as their value then
+    return ml_collections.ConfigDict(settings.with_added_fields(json.load(f)))
 
 
 def seed_params(workdir: str, seed: int) -> tuple[dict, int]:
-  """The parameters (numpy) of seed's final checkpoint and its step."""
+  """The parameters (numpy) of seed's final checkpoint, and its step."""
   step = loop.saved_step(workdir, seed)
   folder = os.path.join(os.path.abspath(workdir), 'checkpoints', f'seed_{seed}')
   if not step:

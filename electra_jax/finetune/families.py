@@ -1,14 +1,12 @@
-"""Which task family `config.task` names, and that family's fine-tuning.
-
-GLUE tasks use configs/finetune/glue.py, squad_v1 and squad_v2 configs/finetune/squad.py, chunk
-configs/finetune/chunk.py: each family's config holds the fields its data and head need.
-"""
+"""Which task family `config.task` names (each has its configs/finetune/<family>.py), and that
+family's fine-tuning."""
 
 from absl import logging
 import ml_collections
 
 from electra_jax.common import storage
 from electra_jax.common.errors import UsageError
+from electra_jax.finetune import settings
 from electra_jax.finetune.glue import run as glue_run, tasks
 from electra_jax.finetune.squad import run as squad_run
 from electra_jax.finetune.tagging import run as chunk_run
@@ -39,7 +37,9 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   if field not in config:
     raise UsageError(f"--config.task={config.task} is a {name} task: pass "
                      f'--config=configs/finetune/{name}.py')
-  cache_setting = config.get('compilation_cache_dir', '')
+  # A config file copied before a field existed: settings.ADDED's value, as its runs had.
+  config = ml_collections.ConfigDict(settings.with_added_fields(config.to_dict()))
+  cache_setting = config.compilation_cache_dir
   storage.check_uri(cache_setting, '--config.compilation_cache_dir')
   hits = compile_cache.hits()
   summary = run(config, workdir)  # points the cache at its place once DIR is accepted

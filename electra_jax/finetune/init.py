@@ -1,37 +1,69 @@
-"""Where fine-tuning starts: a pretraining run, a Hugging Face ELECTRA directory, or nothing.
+"""Where fine-tuning starts, and the encoder every task family's network shares.
 
-  * a run workdir (config.json + checkpoints/): the latest checkpoint's `embeddings` and
-    `discriminator` parameters, the run's model config and its vocabulary; the generator (or,
-    for a run of objective 'mlm', the MLM head) is dropped;
-  * a Hugging Face directory (ElectraForPreTraining, e.g. google/electra-small-discriminator, or
-    one holding discriminator/ as our export writes it; or a pretrained BERT, whose encoder is
-    the discriminator's, hf/bert.py): converted by electra_jax.hf;
-  * '' (random initialisation, the baseline): the model section and vocabulary of the config.
-
-Either way the task head starts at random, from each fine-tuning seed.
+A start is a pretraining run's checkpoint (its discriminator's ENCODER subtrees, model config
+and vocabulary), a Hugging Face ELECTRA discriminator or BERT directory (converted by
+electra_jax.hf), or '' (random initialisation: the config's model and vocabulary). The task head
+starts at random from each seed. Every family's network calls `encode`, so its tree holds
+ENCODER under pretraining's names and a start's subtrees drop in unchanged.
 """
 
+import functools
 import os
 from typing import Any, NamedTuple
 
+import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
 from electra_jax.training import checkpoint
 from electra_jax.common import config as config_lib
 from electra_jax.model import networks as pretrain_model
+from electra_jax.model.layers import Embeddings, Encoder
 from electra_jax.data import vocab as vocab_lib
 from electra_jax.common.errors import UsageError
-from electra_jax.finetune import model as model_lib
 from electra_jax.hf import exporting, importing, model_config
 
 ENCODER = ('embeddings', 'discriminator')  # the pretrained subtrees fine-tuning keeps
 
 
+def encode(module: nn.Module, input_ids, segment_ids, deterministic: bool):
+  """The discriminator's sequence output [B, L, H], built in `module`'s compact call from its
+  `config`, `dtype` and `attention`, with ENCODER's parameter names."""
+  c = module.config
+  embedded = Embeddings(c.vocab_size, c.embedding_size, c.max_position_embeddings,
+                        c.type_vocab_size, c.dropout_rate, module.dtype, name='embeddings')(
+                            input_ids, segment_ids, deterministic)
+  return Encoder(hidden_size=c.hidden_size, num_layers=c.num_layers, num_heads=c.num_heads,
+                 intermediate_size=c.intermediate_size, dropout_rate=c.dropout_rate,
+                 attention_dropout_rate=c.attention_dropout_rate, dtype=module.dtype,
+                 attention=module.attention, name='discriminator')(
+                     embedded, input_ids != 0, deterministic)
+
+
+def init_params(model: nn.Module, rng, max_seq_length: int):
+  """Fresh parameters of a fine-tuning network, by one program compiled once per model and
+  length: op by op, the initialisers compile hundreds of small programs (seconds of CPU)."""
+  frozen = model.clone(config=ml_collections.FrozenConfigDict(model.config))  # hashable
+  return _init_program(frozen, max_seq_length)(rng)
+
+
+@functools.lru_cache(maxsize=16)
+def _init_program(model: nn.Module, max_seq_length: int):
+  def init(rng):
+    ids = jnp.zeros((1, max_seq_length), jnp.int32)
+    return model.init({'params': rng}, ids, ids)['params']
+  return jax.jit(init)
+
+
+def param_shapes(model: nn.Module, max_seq_length: int):
+  return jax.eval_shape(lambda: init_params(model, jax.random.PRNGKey(0), max_seq_length))
+
+
 class Start(NamedTuple):
   model: ml_collections.ConfigDict   # a pretraining `model` section
-  vocab: Any                         # vocab.Vocab or wordpiece.WordPieceVocab
+  vocab: Any                         # vocab.Vocab or vocab.WordPieceVocab
   params: dict[str, Any] | None      # ENCODER subtrees (numpy); None = random initialisation
   description: str                   # for logs and results.json
   reinit: tuple[str, ...] = ()       # parts of the pretrained encoder drawn afresh (with_reinit)
@@ -81,8 +113,7 @@ def random_start(model: ml_collections.ConfigDict, vocab_path: str) -> Start:
 
 
 def with_dropout(start: Start, rate: float) -> Start:
-  """`start` with its encoder's hidden and attention dropout set to `rate`; -1 keeps the
-  start's own (those its pretraining ran with, or its Hugging Face config's)."""
+  """`start` with its encoder's hidden and attention dropout at `rate`; -1 keeps its own."""
   if rate == -1:
     return start
   if not 0 <= rate < 1:  # Also NaN, and negatives that only look like "keep".
@@ -95,42 +126,26 @@ def with_dropout(start: Start, rate: float) -> Start:
 
 def load_start(config: ml_collections.ConfigDict) -> Start:
   """The start config.init_from names, with config.dropout applied (see with_dropout)."""
-  return with_dropout(_load_start(config), config.get('dropout', -1.0))
-
-
-def _load_start(config: ml_collections.ConfigDict) -> Start:
-  path = config.init_from
+  path, step = config.init_from, config.init_step
   if not path:
-    return random_start(config.model, config.vocab)
-  if not os.path.isdir(path):
+    start = random_start(config.model, config.vocab)
+  elif not os.path.isdir(path):
     raise UsageError(f"config.init_from '{path}' is not a directory; pass a pretraining run's "
                      'workdir, a Hugging Face ELECTRA (or BERT) directory, or \'\' for random init')
-  step = config.get('init_step', 0)
-  if not is_run(path):
-    if step:
-      raise UsageError(f"config.init_step={step} picks a checkpoint of a pretraining run, but "
-                       f"'{path}' is a Hugging Face directory, which holds one set of weights; "
-                       'leave init_step at 0')
-    return from_hf(path, config.vocab)
-  return from_run(path, step or None)
-
-
-def check_fits(pretrained: dict[str, Any], wanted: dict[str, Any], description: str):
-  """Refuses pretrained subtrees whose tensors are not exactly the classifier's encoder's."""
-  problems = checkpoint.shape_mismatches(pretrained, {k: wanted[k] for k in ENCODER},
-                                         'pretrained parameters', 'fine-tuning model')
-  if problems:
-    raise UsageError(f'the parameters of {description} do not fit the fine-tuning model: '
-                     f'{problems}')
+  elif is_run(path):
+    start = from_run(path, step or None)
+  elif step:
+    raise UsageError(f"config.init_step={step} picks a checkpoint of a pretraining run, but "
+                     f"'{path}' is a Hugging Face directory, which holds one set of weights; "
+                     'leave init_step at 0')
+  else:
+    start = from_hf(path, config.vocab)
+  return with_dropout(start, config.dropout)
 
 
 def with_reinit(start: Start, reinit: str) -> Start:
-  """`start` with config.reinit's parts ('embeddings', 'layer_N', comma-separated) drawn afresh
-  from each fine-tuning seed instead of taken from pretraining.
-
-  'embeddings' is everything below the first transformer layer (the word, position and segment
-  tables, their LayerNorm and the projection to the hidden width); 'layer_N' is the N-th
-  transformer layer, 0 the bottom one."""
+  """`start` with config.reinit's parts drawn afresh from each seed: 'embeddings' (everything
+  below the first layer, embeddings_project included) and 'layer_N' (0 the bottom one)."""
   parts = tuple(part.strip() for part in reinit.split(',') if part.strip())
   if not parts:
     return start
@@ -150,13 +165,9 @@ def with_reinit(start: Start, reinit: str) -> Start:
 
 def initial_params(model: Any, start: Start, seed: int,
                    max_seq_length: int) -> dict[str, Any]:
-  """A fresh head (and, for random init, encoder) from `seed`, with the pretrained encoder.
-
-  The parts in start.reinit (with_reinit) keep their fresh draw from `seed` instead of the
-  pretrained values: which part of pretraining a task gains from, or loses by, is then a
-  measurement (and re-drawing the top layers is a fine-tuning method of its own)."""
-  params = jax.device_get(model_lib.init_params(model, jax.random.PRNGKey(seed),
-                                                max_seq_length))
+  """A fresh head from `seed` with the pretrained encoder, but for start.reinit's parts, which
+  keep their fresh draw (what a task gains from each part of pretraining is then measurable)."""
+  params = jax.device_get(init_params(model, jax.random.PRNGKey(seed), max_seq_length))
   if start.params is not None:
     params = _with_pretrained(params, start)
   return params
@@ -164,7 +175,11 @@ def initial_params(model: Any, start: Start, seed: int,
 
 def _with_pretrained(fresh: dict[str, Any], start: Start) -> dict[str, Any]:
   """`fresh` with the pretrained encoder in place, but for the parts in start.reinit."""
-  check_fits(start.params, fresh, start.description)
+  problems = checkpoint.shape_mismatches(start.params, {k: fresh[k] for k in ENCODER},
+                                         'pretrained parameters', 'fine-tuning model')
+  if problems:
+    raise UsageError(f'the parameters of {start.description} do not fit the fine-tuning model: '
+                     f'{problems}')
   params = {**fresh, **{k: jax.tree.map(np.asarray, start.params[k]) for k in ENCODER}}
   params['discriminator'] = dict(params['discriminator'])  # fresh's own dict stays as drawn
   for part in start.reinit:

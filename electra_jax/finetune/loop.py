@@ -1,18 +1,12 @@
-"""The loop every task family fine-tunes with: compiled steps, seeds, checkpoints, predictions.
+"""The loop every task family fine-tunes with: compiled steps, seeds, checkpoints, predictions,
+and what a run leaves in DIR (config.json, metrics.jsonl, results.json, each seed's files).
 
-A family (glue/, squad/, tagging/ run.py) brings its data, network, loss and outputs; this
-module trains it for several seeds. The step is pretraining's shape: one jitted function over
-the device mesh's `data` axis, the batch sharded on it, parameters and optimizer state replicated
-and donated. It is compiled once and reused by every seed (the seeds change values, never shapes).
-
-Steps = int(train examples x epochs / batch), as the original computed them; batches are
-consecutive slices of a concatenation of per-epoch shuffles drawn from the seed.
-
-The tokenized training set (small for GLUE: SST-2's 67k examples at length 128 take 69 MB,
-MNLI's 393k 0.4 GB) and the seed's batch order are placed on the devices once; the step gathers
-its own rows and folds the step number into its dropout key. So the host only launches steps
-and reads the losses every `log_every` steps: no per-step work competes with the computation
-for the CPU, and nothing waits on it.
+A family (glue/, squad/, tagging/ run.py) brings its data, network, loss and outputs. The step is
+pretraining's shape (jitted over the mesh's `data` axis, state replicated and donated), compiled
+once for every seed. Steps = int(examples x epochs / batch), as the original's; batches slice
+per-epoch shuffles drawn from the seed. The tokenized training set (SST-2 at length 128: 69 MB,
+MNLI 0.4 GB) and the batch order sit on the devices, and the step gathers its own rows, so the
+host only launches steps and reads the losses every `log_every`.
 """
 
 import functools
@@ -34,15 +28,14 @@ from electra_jax.common import config as config_lib, interrupts
 from electra_jax.training import optim as pretrain_optim
 from electra_jax.training import train as pretrain
 from electra_jax.common.errors import UsageError
-from electra_jax.finetune import init, optim, results
-from electra_jax.finetune import model as model_lib, settings
+from electra_jax.finetune import init, optim, settings
 
-DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
+DTYPES = pretrain.DTYPES  # config.dtype's, as pretraining reads them
+RESULTS = 'results.json'  # each seed's dev metrics, their medians (as the paper reports), budget
 
 
 def gather_batch(inputs, order, step, length: int | None = None):
-  """The batch of `step`: the rows order[step] of every array in `inputs` (all on the device),
-  the [N, L] ones cut to their first `length` columns (None: all of them)."""
+  """The rows order[step] of every array in `inputs`, [N, L] ones cut to `length` columns."""
   rows = jax.lax.dynamic_index_in_dim(order, step, keepdims=False)
   cut = lambda values: values if length is None or values.ndim < 2 else values[:, :length]
   return jax.tree.map(lambda values: cut(values[rows]), inputs)
@@ -50,21 +43,16 @@ def gather_batch(inputs, order, step, length: int | None = None):
 
 def step_lengths(token_counts: np.ndarray, order: np.ndarray, multiple: int,
                  width: int) -> np.ndarray:
-  """[steps] the length each step's batch is cut to: its longest example (`token_counts`, the
-  non-padding tokens of each example, padding being at the end) rounded up to a multiple of
-  `multiple`, at most `width` (the examples' own). Every batch length is one compiled program,
-  so the multiple bounds their number."""
+  """[steps] each batch's longest example (by `token_counts`) rounded up to `multiple`, at most
+  `width`: each length is one compiled program, so the multiple bounds their number."""
   longest = token_counts[order].max(axis=1)
   rounded = -(-longest // multiple) * multiple  # up to a multiple, as glue/features.round_up
   return np.minimum(rounded, width).astype(np.int64)
 
 
 def train_step(state, inputs, order, length, *, loss_of, optimizer):
-  """One update on the batch order[state.step] of the training `inputs` (cut to `length`
-  columns, see gather_batch), dropout key fold_in(state.rng, state.step); loss_of(params,
-  batch, rng) is the task family's loss.
-  Returns (state, loss, nonfinite): as in pretraining, an update that is not finite is not
-  applied (training/nonfinite.py); then only the step advances, the loss reads 0 and `nonfinite` 1."""
+  """One update on the batch order[state.step], dropout key fold_in(state.rng, state.step); an
+  update that is not finite is skipped as in pretraining: (state, loss 0, nonfinite 1)."""
   batch = gather_batch(inputs, order, state.step, length)
   rng = jax.random.fold_in(state.rng, state.step)
   loss, grads = jax.value_and_grad(loss_of)(state.params, batch, rng)
@@ -84,8 +72,8 @@ class Compiled(NamedTuple):
 
 
 def compile_task_steps(loss_of, predict_of, optimizer, mesh) -> Compiled:
-  """The jitted steps of any task family: loss_of(params, batch, rng) -> scalar for training,
-  predict_of(params, batch) -> an array or a dict of arrays (first axis: batch) for evaluation."""
+  """The jitted steps: loss_of(params, batch, rng) -> scalar; predict_of(params, batch) -> an
+  array or a dict of arrays, batch first."""
   replicated, batch_sharding = NamedSharding(mesh, P()), NamedSharding(mesh, P('data'))
   order_sharding = NamedSharding(mesh, P(None, 'data'))
   step = jax.jit(functools.partial(train_step, loss_of=loss_of, optimizer=optimizer),
@@ -99,7 +87,7 @@ def compile_task_steps(loss_of, predict_of, optimizer, mesh) -> Compiled:
 
 def compile_for(config, model, num_layers: int, loss_of, predict_of, total_steps: int) -> Compiled:
   """The layer-wise optimizer over `model`'s parameters and the steps, on all devices."""
-  shapes = model_lib.param_shapes(model, config.max_seq_length)
+  shapes = init.param_shapes(model, config.max_seq_length)
   optimizer = optim.make_optimizer(config, shapes, num_layers, total_steps)
   return compile_task_steps(loss_of, predict_of, optimizer, pretrain.make_mesh())
 
@@ -113,8 +101,7 @@ def batch_order(num_examples: int, batch_size: int, steps: int, seed: int) -> np
 
 
 def predict(predict_fn, params, inputs, batch_size, batch_sharding):
-  """Model outputs in eval mode ([N, outputs], or a dict of [N, ...] arrays); the last batch is
-  padded with empty rows."""
+  """Outputs in eval mode ([N, ...] arrays); the last batch is padded with empty rows."""
   count = len(inputs['input_ids'])
   outputs = []
   for start in range(0, count, batch_size):
@@ -128,8 +115,8 @@ def predict(predict_fn, params, inputs, batch_size, batch_sharding):
 
 
 def seed_manager(workdir: str, seed: int) -> ocp.CheckpointManager:
-  """Orbax checkpoints of one seed's training state, DIR/checkpoints/seed_<seed>/<step>/; the
-  latest one is kept (a finished seed's final state, or where a killed one resumes)."""
+  """DIR/checkpoints/seed_<seed>/<step>/, the latest kept: a finished seed's final state, or
+  where a killed one resumes."""
   options = ocp.CheckpointManagerOptions(max_to_keep=1, enable_async_checkpointing=True)
   folder = os.path.join(os.path.abspath(workdir), 'checkpoints', f'seed_{seed}')
   return ocp.CheckpointManager(folder, options=options,
@@ -145,25 +132,17 @@ def saved_step(workdir: str, seed: int) -> int:
 
 def train_seed(config, seed, start, model, compiled, train_inputs, total_steps, schedule,
                log, workdir, token_counts=None):
-  """The parameters trained from a fresh head (seed); train_inputs are on the devices.
-
-  With `token_counts` (each training example's non-padding tokens) and config.length_multiple,
-  each step's batch is cut to its own longest example (step_lengths); otherwise every batch has
-  the training set's length.
-
-  Resumes from the seed's checkpoint in `workdir` where there is one: its state holds the step,
-  and the step's batch and dropout key are functions of (seed, step), so a resumed seed trains
-  exactly as an uninterrupted one. A finished seed's final state is returned without training.
-  """
+  """The parameters trained from a fresh head (seed), each batch cut to its longest example
+  with `token_counts` and config.length_multiple. A seed resumes from its checkpoint exactly, as
+  its batches and dropout keys are functions of (seed, step)."""
   params = init.initial_params(model, start, seed, config.max_seq_length)
-  # Head and dropout keys both come from the seed; every leaf is replicated on the mesh, as the
-  # compiled step expects (so no seed triggers a second compilation).
+  # Every leaf replicated, as the compiled step expects: no seed compiles it again.
   state = jax.device_put(pretrain.TrainState(
       step=np.zeros([], np.int32), params=params, opt_state=compiled.optimizer.init(params),
       rng=jax.random.fold_in(jax.random.PRNGKey(seed), 1)), compiled.replicated)
   host_order = batch_order(len(train_inputs['input_ids']), config.batch_size, total_steps, seed)
   order = jax.device_put(host_order, compiled.order_sharding)
-  multiple = config.get('length_multiple', 0)
+  multiple = config.length_multiple
   lengths = ([None] * total_steps if token_counts is None or not multiple else
              [int(n) for n in step_lengths(token_counts, host_order, multiple,
                                            train_inputs['input_ids'].shape[1])])
@@ -216,8 +195,7 @@ def train_seed(config, seed, start, model, compiled, train_inputs, total_steps, 
 
 
 def stop(config, seed: int, step: int, total_steps: int, before: bool = False):
-  """Ends fine-tuning as a SIGTERM or Ctrl-C asked (common/interrupts.py): the seeds after this
-  one and the results are left to the same command run again, which resumes here."""
+  """Ends fine-tuning on SIGTERM or Ctrl-C; the same command run again resumes here."""
   where = 'before step %d' if before else 'at step %d'
   logging.warning(f'stopped by %s {where} of %d of %s seed %d, %s; run the same command again '
                   'to resume', interrupts.cause(), step, total_steps, config.task, seed,
@@ -226,12 +204,9 @@ def stop(config, seed: int, step: int, total_steps: int, before: bool = False):
 
 
 def for_each_seed(config, workdir: str, total_steps: int, run_seed) -> dict:
-  """{seed: run_seed(seed, log)} over config.seeds; `log` appends a training record to
-  DIR/metrics.jsonl. run_seed's outcome starts with the seed's scores, which are logged.
-
-  Records of a previous run of the same command are kept up to each seed's checkpoint, where its
-  training resumes; those after it are logged again.
-  """
+  """{seed: run_seed(seed, log)}; `log` appends to DIR/metrics.jsonl, whose records of a
+  previous run are kept up to each seed's checkpoint (those after it are logged again). An
+  outcome starts with the seed's scores."""
   path = os.path.join(workdir, 'metrics.jsonl')
   seeds = settings.parse_seeds(config.seeds)
   kept = []
@@ -239,9 +214,10 @@ def for_each_seed(config, workdir: str, total_steps: int, run_seed) -> dict:
     with open(path) as f:  # a last line a kill cut short has no newline, and is dropped
       kept = [line for line in f if line.endswith('\n') and line.strip()]
     resumed = {seed: saved_step(workdir, seed) for seed in seeds}
-    kept = [line for line in kept
-            if json.loads(line)['step'] <= resumed.get(json.loads(line)['seed'], 0)]
-  results.write_text(path, ''.join(kept))
+    records = [json.loads(line) for line in kept]  # a seed no longer run keeps none
+    kept = [line for line, r in zip(kept, records)
+            if r['seed'] in resumed and r['step'] <= resumed[r['seed']]]
+  write_text(path, ''.join(kept))
   with open(path, 'a') as metrics_file:
     def log(record):
       metrics_file.write(json.dumps(record) + '\n')
@@ -253,26 +229,73 @@ def for_each_seed(config, workdir: str, total_steps: int, run_seed) -> dict:
     outcomes = {}
     for seed in seeds:
       outcomes[seed] = run_seed(seed, log)
-      logging.info('seed %d: %s', seed, results.format_scores(outcomes[seed][0]))
+      logging.info('seed %d: %s', seed, format_scores(outcomes[seed][0]))
   return outcomes
 
 
 def run_and_write_seeds(config, workdir: str, start, compiled, total_steps: int, run_seed,
                         score: tuple[str, str], budget: dict, **extra) -> dict:
-  """Every seed of a task family other than GLUE: for_each_seed, then results.write_seeds with
-  `budget` completed by the training budget and the wall time. run_seed's outcome is
-  (scores, files)."""
+  """Every seed (run_seed returns (scores, files)), then results.json scored by `score` =
+  (split, metric); each seed's `files` (name -> text or a JSON value) go to DIR/seed_<seed>/, the
+  median seed's also to DIR. GLUE writes its own (glue/run.py)."""
   started = time.perf_counter()
   outcomes = for_each_seed(config, workdir, total_steps, run_seed)
   budget = {**budget, 'steps': total_steps, 'batch_size': config.batch_size,
             'epochs': config.num_epochs, 'max_seq_length': config.max_seq_length,
             'seconds': round(time.perf_counter() - started, 1)}
-  summary = results.write_seeds(
-      workdir, config, start.description, budget, score,
-      {seed: scores for seed, (scores, _) in outcomes.items()},
-      {seed: files for seed, (_, files) in outcomes.items()}, **extra)
+  split, metric = score
+  per_seed = {seed: scores for seed, (scores, _) in outcomes.items()}
+  scores = {seed: values[split][metric] for seed, values in per_seed.items()}
+  chosen = median_of(scores)
+  for seed, (_, named) in outcomes.items():
+    os.makedirs(os.path.join(workdir, f'seed_{seed}'), exist_ok=True)
+    for name, value in named.items():
+      write = write_text if isinstance(value, str) else write_json
+      write(os.path.join(workdir, f'seed_{seed}', name), value)
+      if seed == chosen:
+        write(os.path.join(workdir, name), value)
+  summary = {
+      'task': config.task, 'init_from': config.init_from, 'init': start.description,
+      'size': config.size, 'score_metric': f'{split} {metric}',
+      'score': float(np.median(list(scores.values()))), 'median': medians(per_seed),
+      'seeds': {str(seed): values for seed, values in per_seed.items()},
+      'files_seed': chosen, 'files': sorted(outcomes[chosen][1]), 'budget': budget,
+      'learning_rate': config.learning_rate, 'layer_decay': config.layer_decay, **extra}
+  write_json(os.path.join(workdir, RESULTS), summary)
   pretrain.check_compiled_once(compiled.step)
   return summary
+
+
+# ---- results.json and the files beside it -----------------------------------------------
+
+def format_scores(scores: dict[str, dict[str, float]]) -> str:
+  return '; '.join(f'{split} ' + ', '.join(f'{k} {v:.4f}' for k, v in values.items())
+                   for split, values in scores.items())
+
+
+def median_of(scores: dict[int, float]) -> int:
+  """The seed whose score is the median (the lower of the two middle ones for an even count)."""
+  ranked = sorted(scores, key=lambda seed: (scores[seed], seed))
+  return ranked[(len(ranked) - 1) // 2]
+
+
+def medians(per_seed: dict[int, dict]) -> dict[str, dict[str, float]]:
+  first = next(iter(per_seed.values()))
+  return {split: {metric: float(np.median([s[split][metric] for s in per_seed.values()]))
+                  for metric in values} for split, values in first.items()}
+
+
+def write_json(path: str, value) -> None:
+  with open(path + '.tmp', 'w') as f:
+    json.dump(value, f, indent=2)
+    f.write('\n')
+  os.replace(path + '.tmp', path)
+
+
+def write_text(path: str, text: str) -> None:
+  with open(path + '.tmp', 'w', encoding='utf-8') as f:
+    f.write(text)
+  os.replace(path + '.tmp', path)
 
 
 # Fields that may change between a killed run and its rerun: they change no seed's training.
@@ -281,19 +304,21 @@ RERUN_MAY_CHANGE = ('seeds', 'log_every', 'save_every', 'predict_test', 'eval_ba
 
 
 def prepare_workdir(config, workdir: str):
-  """Creates DIR and writes the resolved config, refusing a DIR whose seed checkpoints were
-  trained with another recipe: resuming them would mix two runs."""
+  """Creates DIR and writes the resolved config; refuses a DIR whose checkpoints another recipe
+  trained, as resuming them would mix two runs."""
   os.makedirs(workdir, exist_ok=True)
   saved_path = os.path.join(workdir, 'config.json')
   if os.path.isdir(os.path.join(workdir, 'checkpoints')) and os.path.exists(saved_path):
-    with open(saved_path) as f:
-      saved = json.load(f)
+    with open(saved_path) as f:  # an older run's lacks fields: read as their value then
+      saved = settings.with_added_fields(json.load(f))
     now = json.loads(config.to_json())
-    changed = [f'{k}: saved {saved.get(k)!r}, now {now.get(k)!r}'
-               for k in sorted(set(saved) | set(now))
-               if k not in RERUN_MAY_CHANGE and saved.get(k) != now.get(k)
-               # 0 or none: a run from before the step was resolved, begun from the latest then
-               and not (k == 'init_step' and not saved.get(k))]
+    # A field only one of them has (another family's run) reads None in the other: a change.
+    keys = sorted(set(saved) | set(now))
+    saved, now = ({k: fields[k] if k in fields else None for k in keys} for fields in (saved, now))
+    changed = [f'{k}: saved {saved[k]!r}, now {now[k]!r}' for k in keys
+               if k not in RERUN_MAY_CHANGE and saved[k] != now[k]
+               # 0: a run from before the step was resolved, begun from the latest then
+               and not (k == 'init_step' and not saved[k])]
     if changed == [f"init_step: saved {saved['init_step']!r}, now {now['init_step']!r}"]:
       raise UsageError(f"{workdir} holds seed checkpoints fine-tuned from step "
                        f"{saved['init_step']} of {config.init_from}, not from step "
@@ -306,4 +331,4 @@ def prepare_workdir(config, workdir: str):
                        'run was started with to continue it')
   config_lib.save_config(config, workdir)
   # Only now that DIR is accepted: a refused run leaves no cache folder in it.
-  compile_cache.use(config.get('compilation_cache_dir', ''), workdir)
+  compile_cache.use(config.compilation_cache_dir, workdir)

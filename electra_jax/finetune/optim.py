@@ -1,18 +1,10 @@
 """The fine-tuning optimizer: pretraining's AdamW and schedule, with layer-wise LR decay.
 
-Layer-wise learning-rate decay (ELECTRA, after ULMFiT/BERT practice) lowers the learning rate
-of each layer by a factor `decay` per layer counted down from the top, so the layers nearest the
-input, which hold the most general features, change least:
-
-  classifier (the new head)          lr
-  top encoder layer (layer_{L-1})    lr * decay
-  layer_i                            lr * decay^(L - i)
-  embeddings and embeddings_project  lr * decay^(L + 1)   (the deepest)
-
-The original implementation gave the top layer decay^2 (and everything below one more power):
-its depth count kept a slot for a pooler that ELECTRA removed. We count without that gap.
-The factors scale the whole update (Adam direction plus decoupled weight decay), after the
-warmup x linear-decay schedule, as the original scaled its per-layer learning rate.
+Each layer's update is scaled by decay^depth, its layers below the top: the head lr, layer_i
+lr * decay^(L - i), the embeddings (and embeddings_project) lr * decay^(L + 1). The original gave
+the top layer decay^2, counting a slot for the pooler ELECTRA removed; we count without it. The
+factor scales the whole update (Adam plus decoupled weight decay), as the original's per-layer
+learning rate did.
 """
 
 import re
@@ -27,7 +19,7 @@ _LAYER = re.compile(r'layer_(\d+)$')
 
 
 def layer_depth(path: tuple[str, ...], num_layers: int) -> int:
-  """Layers between a parameter and the top: 0 for the head, L + 1 for the embeddings."""
+  """0 for the head, L - i for layer_i, L + 1 for the embeddings."""
   if path[0] == 'embeddings' or 'embeddings_project' in path:
     return num_layers + 1
   if path[0] == 'discriminator':
@@ -37,7 +29,7 @@ def layer_depth(path: tuple[str, ...], num_layers: int) -> int:
 
 
 def layer_factors(params, num_layers: int, decay: float):
-  """A tree like `params` holding each parameter's learning-rate factor decay^depth."""
+  """A tree like `params` of each parameter's factor decay^depth."""
   def factor(path, _):
     names = tuple(getattr(k, 'key', str(k)) for k in path)
     return decay ** layer_depth(names, num_layers)
@@ -45,7 +37,7 @@ def layer_factors(params, num_layers: int, decay: float):
 
 
 def scale_by_tree(factors) -> optax.GradientTransformation:
-  """Multiplies each update by its fixed factor (a tree of Python floats)."""
+  """Multiplies each update by its factor (a tree of Python floats)."""
   def update(updates, state, params=None):
     del params
     return jax.tree.map(lambda u, f: u * f, updates, factors), state

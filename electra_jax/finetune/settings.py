@@ -1,13 +1,9 @@
-"""The fine-tuning config resolved: the paper's recipe filled in for the task and model size.
-
-Fields left at 0 ('auto' for size) take the values of ELECTRA's fine-tuning recipe; the
-resolved config, with every number used, is what DIR/config.json records.
-"""
+"""The fine-tuning config resolved: fields left at 0 ('auto' for size) take ELECTRA's recipe for
+the task and model size; DIR/config.json records the resolved numbers."""
 
 import ml_collections
 
-from electra_jax.training import nonfinite
-from electra_jax.common import bounds
+from electra_jax.common import config as config_lib
 from electra_jax.common.config import load_config_file
 from electra_jax.common.errors import UsageError
 
@@ -15,8 +11,36 @@ from electra_jax.common.errors import UsageError
 GLUE_ONLY = ('tfds_name', 'tfds_data_dir', 'max_train_examples', 'swap_pairs', 'predict_test',
              'head_dropout', 'pooling', 'head')
 
+# Ranges of fine-tuning's own numeric fields, as resolved (a 0 taking the recipe's value);
+# head_dropout is GLUE's only. The fields it shares with pretraining are checked as FIELDS says.
+FINE_TUNING = {'learning_rate': '(0, inf)', 'num_epochs': '(0, inf)', 'layer_decay': '(0, 1]',
+               'warmup_proportion': '[0, 1]', 'head_dropout': '[0, 1)',
+               # Counts and sizes, SQuAD's and chunking's too (batch sizes: against the devices).
+               **{name: '[1, inf)' for name in (
+                   'max_seq_length', 'log_every', 'max_query_length', 'doc_stride', 'beam_size',
+                   'n_best_size', 'max_answer_length')},
+               **{name: '[0, inf)' for name in (  # 0: at the end only, or no limit
+                   'save_every', 'max_train_examples', 'train_articles', 'dev_articles',
+                   'max_train_sentences')},
+               **config_lib.allowed('weight_decay', 'adam_b1', 'adam_b2', 'adam_eps',
+                                    'max_grad_norm', 'on_nonfinite', 'max_consecutive_skips')}
+
 # Per model size: peak learning rate and layer-wise decay (ELECTRA paper, Appendix).
 SIZES = {'small': (3e-4, 0.8), 'base': (1e-4, 0.8), 'large': (5e-5, 0.9)}
+
+# Fields added to the config files after runs were saved, at what those runs did: an older
+# DIR/config.json, or a config file copied before, gets them in with_added_fields.
+ADDED = {'reinit': '', 'dropout': -1.0, 'init_step': 0, 'compilation_cache_dir': '',
+         'length_multiple': 0}
+# GLUE's classifier's own (GLUE's config alone has tfds_name, as finetune/families.py tells).
+GLUE_ADDED = {'pooling': 'cls', 'head': 'electra'}
+
+
+def with_added_fields(fields: dict) -> dict:
+  """A fine-tuning config's `fields` (its to_dict(), or a saved config.json) with those of ADDED
+  (and GLUE_ADDED for GLUE) it lacks, so that the code reads every one as an attribute."""
+  added = {**ADDED, **(GLUE_ADDED if 'tfds_name' in fields else {})}
+  return {**fields, **{name: value for name, value in added.items() if name not in fields}}
 
 
 def shared_recipe(glue_config_path: str) -> ml_collections.ConfigDict:
@@ -48,15 +72,9 @@ def parse_seeds(seeds: str) -> list[int]:
 
 def resolve(config: ml_collections.ConfigDict, task, model: ml_collections.ConfigDict,
             num_devices: int, init_step: int | None = None) -> ml_collections.ConfigDict:
-  """A copy of `config` with task, size, learning rate, decay and epochs made explicit, and
-  init_step with the checkpoint a pretraining run's start was loaded from (`init_step`).
-  `task` is any family's: its `name` and default `epochs` are read. A family checks the fields
-  of its own head (glue/run.py's resolve, squad/run.py's check).
-
-  init_step 0 means the run's latest checkpoint, which moves while the run trains on; recorded
-  as a step, it lets a rerun tell seeds begun from an older checkpoint from its own.
-  """
-  c = ml_collections.ConfigDict(config.to_dict())
+  """A copy of `config` (with_added_fields) with task, size, learning rate, decay, epochs and
+  init_step (the start's pretraining step: 0, the latest, moves as that run trains) explicit."""
+  c = ml_collections.ConfigDict(with_added_fields(config.to_dict()))
   c.task = task.name
   if init_step is not None:
     c.init_step = init_step
@@ -79,9 +97,8 @@ def resolve(config: ml_collections.ConfigDict, task, model: ml_collections.Confi
     if c[name] <= 0 or c[name] % num_devices:
       raise UsageError(f'config.{name}={c[name]} must be a positive multiple of the '
                        f'{num_devices} devices')
-  if c.get('length_multiple', 0) < 0:
+  if c.length_multiple < 0:
     raise UsageError(f'config.length_multiple={c.length_multiple}: use a positive multiple to cut '
                      "each batch to its longest example, or 0 for the training set's length")
-  bounds.check(c, {**bounds.OPTIMIZER, **bounds.FINE_TUNING})  # layer_decay 1 turns it off
-  nonfinite.validate(c)
+  config_lib.check_allowed(c, FINE_TUNING)  # layer_decay 1 turns it off
   return c

@@ -1,23 +1,11 @@
 """A BERT checkpoint read as an ELECTRA discriminator's encoder, or as a generator.
 
-ELECTRA's discriminator is BERT's encoder: the same embedding block, the same post-LayerNorm
-layers, the same tensor names with `electra.` where BERT has `bert.`. BERT has no projection
-from the embeddings to the hidden width, so its embedding size is its hidden size. A pretrained
-BERT directory therefore gives an ELECTRA encoder exactly, and can start fine-tuning
-(`finetune --config.init_from=DIR`) or, with a fresh generator and replaced-token head,
-ELECTRA pretraining (`import_hf --hf_dir=DIR`). Comparing a published BERT with a run of ours
-on one task, with one fine-tuning loop and recipe, is what this is for.
-
-What BERT has and ELECTRA does not is left out, and the log says so: the pooler (a tanh dense
-layer on [CLS] that BERT's own classifiers read; ELECTRA's head reads [CLS] directly) and the
-pretraining heads (`cls.*`: masked LM and next-sentence prediction).
-
-A frozen generator (config.generator_init, hf/generator_source.py) keeps the masked-LM head too
-(`masked_lm_tensors`). BERT's head is dense(H -> H) + activation -> LayerNorm -> the tied word
-embeddings plus a bias; ELECTRA's generator head is dense(H -> E) + GELU -> LayerNorm -> the
-same. With E = H and exact GELU (`hidden_act` "gelu", which model_config.check_supported
-requires) the two compute the same logits, so a BertForMaskedLM or BertForPreTraining is an
-ElectraForMaskedLM under other names. Only the next-sentence head and the pooler are left out.
+ELECTRA's encoder is BERT's under `electra.` names, with embedding size = hidden size (no
+projection), so a published BERT can start fine-tuning or pretraining and be compared with our
+runs under one recipe. The pooler and next-sentence head are left out, and the log says so.
+BERT's masked-LM head (dense H -> H, activation, LayerNorm, tied decoder) is our generator head
+at E = H with exact GELU (which model_config.check_supported requires), so a BertForMaskedLM or
+BertForPreTraining serves as a frozen generator (importing.read_generator).
 """
 
 from typing import Any
@@ -25,18 +13,18 @@ from typing import Any
 import numpy as np
 
 from electra_jax.common.errors import UsageError
+from electra_jax.hf import model_config
 
 # Pretrained BERTs; a task model (BertForSequenceClassification, ...) is refused by name.
 ARCHITECTURES = ('BertModel', 'BertForMaskedLM', 'BertForPreTraining')
 LEFT_OUT = ('pooler.', 'cls.')  # tensor names, once `bert.` is taken off
-# BertLMPredictionHead's modules -> ElectraForMaskedLM's. The decoder's weight is the word table
-# (tied; params.from_hf checks it) and its bias is `cls.predictions.bias`, which older files
-# also hold as `cls.predictions.decoder.bias`.
+# BertLMPredictionHead's modules -> ElectraForMaskedLM's. The decoder's weight is the tied word
+# table; its bias is `cls.predictions.bias`, in older files `cls.predictions.decoder.bias` too.
 MASKED_LM_HEAD = {'cls.predictions.transform.dense': 'generator_predictions.dense',
                   'cls.predictions.transform.LayerNorm': 'generator_predictions.LayerNorm',
                   'cls.predictions.decoder': 'generator_lm_head',
                   'cls.predictions': 'generator_lm_head'}
-# What a masked LM cannot lack (the decoder's weight is the word table, its bias either name).
+# What a masked LM cannot lack.
 _HEAD_REQUIRED = ('cls.predictions.transform.dense.weight', 'cls.predictions.transform.dense.bias',
                   'cls.predictions.transform.LayerNorm.weight',
                   'cls.predictions.transform.LayerNorm.bias', 'cls.predictions.bias')
@@ -52,7 +40,8 @@ def electra_config(config: dict[str, Any], source: str,
                    architecture: str = 'ElectraForPreTraining') -> dict[str, Any]:
   """The ElectraConfig fields of the network that a BERT config.json describes, as the ELECTRA
   `architecture` (ElectraForMaskedLM to keep the masked-LM head)."""
-  task_models = [name for name in config.get('architectures') or [] if name not in ARCHITECTURES]
+  task_models = [name for name in model_config.architectures(config)
+                 if name not in ARCHITECTURES]
   if task_models:
     raise UsageError(f'{source} describes a {task_models[0]}; of BERT models electra_jax starts '
                      f'from the pretrained ones only ({", ".join(ARCHITECTURES)})')
@@ -70,11 +59,6 @@ def _split(name: str) -> tuple[str, str]:
   return head, last
 
 
-def _electra_name(bare: str) -> str:
-  module, last = _split(bare)
-  return f'electra.{module}.{last}'
-
-
 def electra_tensors(tensors: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[str]]:
   """BERT's encoder tensors under ElectraModel's names, and the names of those left out."""
   renamed, left_out = {}, []
@@ -83,7 +67,7 @@ def electra_tensors(tensors: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarra
     if bare.startswith(LEFT_OUT):
       left_out.append(name)
     else:
-      renamed[_electra_name(bare)] = value
+      renamed['electra.' + '.'.join(_split(bare))] = value
   return renamed, sorted(left_out)
 
 

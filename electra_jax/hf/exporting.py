@@ -1,43 +1,34 @@
-"""A run's checkpoint -> transformers directories: DIR/discriminator and DIR/generator.
+"""A run's checkpoint -> transformers directories: DIR/discriminator, DIR/generator or DIR/mlm.
 
-A run of objective 'mlm' has one network, exported as DIR/mlm (an ElectraForMaskedLM at the
-discriminator's sizes); 'replace_mlm' and 'all_tokens_mlm' runs export DIR/mlm and DIR/generator
-('electra_15' is exported as 'electra'). Each directory is complete on its own: config.json, model.safetensors
-(with its own copy of the shared embedding block), the tokenizer files and a model card
-(README.md, hf/model_card.py), so
-`from_pretrained(DIR/discriminator)` and `pipeline("fill-mask", DIR/generator)` work offline.
+Each directory is complete on its own (config.json, model.safetensors with its own copy of the
+shared embedding block, tokenizer files, README.md), so `from_pretrained(DIR/discriminator)` and
+`pipeline("fill-mask", DIR/generator)` work offline.
 """
 
-import json
 import os
 import shutil
 from typing import Any, NamedTuple
 
 import ml_collections
 
-from electra_jax.training import checkpoint
-from electra_jax.data import run_vocab
-from electra_jax.common import config as config_lib
-from electra_jax.model import networks as model_lib
-from electra_jax.common import storage
-from electra_jax.training import train
+from electra_jax.common import config as config_lib, storage
 from electra_jax.common.errors import UsageError
+from electra_jax.data import run_vocab
+from electra_jax.model import networks as model_lib
+from electra_jax.training import checkpoint, train
 from electra_jax.hf import files, model_card, model_config, params as params_lib, tokenizer
 
-# The networks (params.NETWORKS) a run exports, by its objective; each gets DIR/<network>.
-# The ablations' discriminator-sized MLM is an ElectraForMaskedLM ('mlm'); All-Tokens MLM's copy
-# head has no transformers counterpart and is left out (the export is its softmax part).
+# The networks (params.NETWORKS) each objective exports, as DIR/<network>. All-Tokens MLM's copy
+# head and Electric's two-tower cloze generator have no transformers class and are left out.
 EXPORTED = {'electra': ('discriminator', 'generator'), 'mlm': ('mlm',),
-            'electra_15': ('discriminator', 'generator'),
-            'replace_mlm': ('mlm', 'generator'), 'all_tokens_mlm': ('mlm', 'generator'),
-            # Electric's two-tower cloze generator has no transformers class.
-            'electric': ('discriminator',)}
+            'electra_15': ('discriminator', 'generator'), 'electric': ('discriminator',),
+            'replace_mlm': ('mlm', 'generator'), 'all_tokens_mlm': ('mlm', 'generator')}
 
 
 def exported_networks(config: ml_collections.ConfigDict) -> tuple[str, ...]:
   """The networks a run exports: its objective's, less the generator where a unigram
   distribution stood in for one (config.generator_kind)."""
-  if config.get('generator_kind', 'mlm') == 'unigram':
+  if config.generator_kind == 'unigram':
     return ('discriminator',)
   return EXPORTED[config.objective]
 
@@ -45,19 +36,17 @@ def exported_networks(config: ml_collections.ConfigDict) -> tuple[str, ...]:
 class Run(NamedTuple):
   config: ml_collections.ConfigDict
   params: dict[str, Any]  # numpy arrays
-  vocab: Any              # vocab_lib.Vocab or wordpiece.WordPieceVocab
+  vocab: Any              # vocab_lib.Vocab or vocab_lib.WordPieceVocab
   step: int
 
 
 def load_run_config(workdir: str) -> ml_collections.ConfigDict:
+  """The run's config.json, upgraded to today's fields."""
   storage.check_uri(workdir, '--workdir')
-  path = os.path.join(workdir, 'config.json')
-  if not storage.is_file(path):
+  if not storage.is_file(os.path.join(workdir, 'config.json')):
     raise UsageError(f"'{workdir}' holds no run (no config.json); pass the --workdir of a "
                      'pretraining run')
-  saved = json.loads(storage.read_text(path))
-  saved['objective'] = config_lib.saved_objective(saved)
-  return ml_collections.ConfigDict(saved)
+  return config_lib.read_saved(workdir)
 
 
 def load_run(workdir: str, step: int | None = None) -> Run:
@@ -102,10 +91,8 @@ def export_params(params: dict[str, Any], model: ml_collections.ConfigDict, voca
 
 
 def network_tensors(params: dict[str, Any], network: str) -> dict[str, Any]:
-  """The HF tensors of `network`; each network's weights are the ones it reads: the
-  discriminator's word table under GDES is the generator's table plus its delta, and the
-  generator's embedding block and encoder are its own (embedding_sharing 'none') or the
-  discriminator's ('all')."""
+  """The HF tensors of `network`, as it reads its weights (under GDES the discriminator's word
+  table is the generator's plus a delta; embedding_sharing 'all' shares the encoder too)."""
   if network == 'discriminator':
     params = model_lib.discriminator_view(params)
   elif network == 'generator':

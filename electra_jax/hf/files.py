@@ -1,10 +1,7 @@
 """One Hugging Face model directory on disk: config.json plus the weights.
 
-Weights are read from `model.safetensors` (or the shards a `model.safetensors.index.json`
-lists). A directory with only pickled PyTorch weights (`pytorch_model.bin`) is refused unless
-the caller allows pickle: unpickling a file can run arbitrary code. Even then it is loaded with
-torch's restricted `weights_only` unpickler, and torch is needed for it (it is not a runtime
-dependency of electra_jax).
+Pickled weights (pytorch_model.bin) are refused unless the caller allows pickle, since
+unpickling can run code; even then torch (not a dependency) loads them with `weights_only`.
 """
 
 import json
@@ -28,8 +25,7 @@ class ModelDir(NamedTuple):
   kind: str                      # 'discriminator' or 'generator'
   config: dict[str, Any]         # the parsed config.json (a BERT's as ElectraConfig's fields)
   tensors: dict[str, np.ndarray]
-  # How the tensors are laid out (a name in params.NETWORKS): the kind's, or 'encoder' for a
-  # BERT read as an encoder, which has no replaced-token head.
+  # The tensors' layout (params.NETWORKS): the kind's, or 'encoder' for a BERT's bare encoder.
   network: str
 
 
@@ -106,7 +102,7 @@ def read_tensors(path: str, allow_pickle: bool = False) -> dict[str, np.ndarray]
 
 def _kind(config: dict[str, Any], tensors: dict[str, np.ndarray], path: str) -> str:
   """Discriminator or generator: from config.json's architectures, else from the tensors."""
-  architectures = config.get('architectures') or []
+  architectures = model_config.architectures(config)
   kinds = [kind for kind, name in model_config.ARCHITECTURES.items() if name in architectures]
   if not kinds:
     prefixes = {'discriminator': 'discriminator_predictions.',

@@ -1,14 +1,9 @@
-"""Hugging Face ELECTRA directories -> a new run workdir that the trainer continues from step 0.
+"""Hugging Face directories -> a new run workdir at step 0, or a frozen generator.
 
-The workdir gets what a run started by `electra_jax.main` has after its first save:
-config.json (the model section from the checkpoint's config), the vocabulary (vocab.model or a
-WordPiece vocab.txt) and an Orbax checkpoint of step 0 holding the imported parameters and a
-fresh optimizer state. The state is built with the trainer's own functions, so it has exactly
-the structure the trainer restores.
-
-A network that is not given is initialised afresh (as at the start of pretraining); the shared
-embedding block then comes from the network that is given. Given both, it comes from the
-discriminator, the network that is fine-tuned; Google's released pairs hold identical copies.
+The workdir holds what a run has after its first save (config.json, the vocabulary, an Orbax
+checkpoint of step 0), built with the trainer's own functions so it restores exactly. A network
+not given starts afresh; the shared embedding block comes from the discriminator where both are
+given (it is the one fine-tuned; Google's pairs hold identical copies).
 """
 
 import json
@@ -21,15 +16,12 @@ import ml_collections
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from electra_jax.training import checkpoint, train
-from electra_jax.data import run_vocab
 from electra_jax.common import config as config_lib, storage
-from electra_jax.training import optim
-from electra_jax.data import vocab as vocab_lib
-from electra_jax.data import wordpiece
 from electra_jax.common.errors import UsageError
-from electra_jax.hf import files, model_config, params as params_lib
-from electra_jax.model.networks import init_params
+from electra_jax.data import run_vocab, vocab as vocab_lib
+from electra_jax.hf import bert, files, model_config, params as params_lib
+from electra_jax.model import networks
+from electra_jax.training import checkpoint, generator_modes, optim, train
 
 VOCAB_FILES = ('vocab.model', 'vocab.txt')  # what our export writes; Google's have vocab.txt
 
@@ -78,7 +70,7 @@ def find_vocab(model_dirs: dict[str, files.ModelDir], vocab_path: str | None) ->
 
 def _check_casing(vocab, model_dirs: dict[str, files.ModelDir]):
   """A WordPiece vocab's inferred casing must agree with what its tokenizer config says."""
-  if not isinstance(vocab, wordpiece.WordPieceVocab):
+  if not isinstance(vocab, vocab_lib.WordPieceVocab):
     return
   for model_dir in model_dirs.values():
     path = os.path.join(model_dir.path, 'tokenizer_config.json')
@@ -128,22 +120,12 @@ def merge_params(initial: dict[str, Any], imported: dict[str, dict[str, Any]]) -
   return params
 
 
-def pinned_conflicts(model: ml_collections.ConfigDict, derived: ml_collections.ConfigDict,
-                     pinned: set[str]) -> list[str]:
-  return [f'config.model.{k}={model[k]!r} (the checkpoint has {derived[k]!r})'
-          for k in sorted(pinned) if model[k] != derived[k]]
-
-
 def import_checkpoint(config: ml_collections.ConfigDict, workdir: str, hf_dir: str,
                       generator_dir: str | None = None, vocab_path: str | None = None,
                       allow_pickle: bool = False, pinned: set[str] = frozenset()
                       ) -> ml_collections.ConfigDict:
-  """Creates a run in `workdir` from HF checkpoint(s); returns the run's config.
-
-  `config` supplies everything but the model (optimizer, data, seed); its model section is
-  replaced by what the checkpoint determines. `pinned` names model fields the user set
-  explicitly: a checkpoint that disagrees with them is refused rather than silently winning.
-  """
+  """Creates a run in `workdir` from HF checkpoint(s) and returns its config: `config` with the
+  checkpoint's model, refused where it disagrees with a field the user `pinned`."""
   storage.check_uri(workdir, '--workdir')
   if config.objective != 'electra':
     raise UsageError(f'import_hf starts ELECTRA runs (generator + discriminator); '
@@ -157,7 +139,8 @@ def import_checkpoint(config: ml_collections.ConfigDict, workdir: str, hf_dir: s
       model_dirs['discriminator'].config if 'discriminator' in model_dirs else None,
       model_dirs['generator'].config if 'generator' in model_dirs else None,
       config.model, sources)
-  conflicts = pinned_conflicts(config.model, derived, pinned)
+  conflicts = [f'config.model.{k}={config.model[k]!r} (the checkpoint has {derived[k]!r})'
+               for k in sorted(pinned) if config.model[k] != derived[k]]
   if conflicts:
     raise UsageError(f'{"; ".join(conflicts)}: the model comes from the checkpoint, so drop '
                      'these --config.model overrides')
@@ -171,7 +154,7 @@ def import_checkpoint(config: ml_collections.ConfigDict, workdir: str, hf_dir: s
 
   model, optimizer = train.make_model(config), optim.make_optimizer(config)
   # Every tensor is checked against the model's shapes before anything is computed or written.
-  target = jax.eval_shape(lambda: init_params(model, jax.random.PRNGKey(0), 1))
+  target = jax.eval_shape(lambda: networks.init_params(model, jax.random.PRNGKey(0), 1))
   imported = convert(model_dirs, target)
 
   replicated = NamedSharding(train.make_mesh(), P())
@@ -194,3 +177,35 @@ def model_overrides(model: ml_collections.ConfigDict,
                     file_model: ml_collections.ConfigDict) -> list[str]:
   """The --config.model flags that make the config file describe `model`."""
   return [f'--config.model.{k}={v}' for k, v in model.items() if file_model[k] != v]
+
+
+GENERATOR_SOURCES = ("a Hugging Face ElectraForMaskedLM (our export's generator/ or mlm/) or "
+                     'BertForMaskedLM directory, or the workdir of one of our mlm or electra runs')
+
+
+def read_generator(directory: str, model: ml_collections.ConfigDict) -> generator_modes.Source:
+  """The masked LM in `directory` as a frozen generator (config.generator_init), checked against
+  its own config.json; `model` fills only what the file leaves open. electra_jax.main passes this
+  to train.train_and_evaluate, since training may not import hf."""
+  config = files.read_config(directory)
+  model_dir = files.read_model_dir(directory, bert_masked_lm=True)
+  if model_dir.kind != 'generator':
+    raise UsageError(f"config.generator_init='{directory}' holds an ElectraForPreTraining (a "
+                     f'discriminator), which predicts no tokens; pass {GENERATOR_SOURCES}')
+  base = ml_collections.ConfigDict(model.to_dict())
+  base.generator_layers = 1.0  # from_hf sets num_layers to the generator's depth
+  derived = model_config.from_hf(None, model_dir.config, base,
+                                 {'generator': os.path.join(directory, 'config.json')})
+  target = jax.eval_shape(lambda: networks.init_params(networks.Electra(derived),
+                                                       jax.random.PRNGKey(0), 1))
+  tree = params_lib.from_hf(model_dir.tensors, 'generator', target,
+                            os.path.join(directory, files.WEIGHTS))
+  hf = model_dir.config
+  shape = generator_modes.Shape(
+      hf['hidden_size'], hf['num_attention_heads'], hf['intermediate_size'],
+      hf['num_hidden_layers'], derived.embedding_size, derived.vocab_size,
+      derived.max_position_embeddings, derived.type_vocab_size)
+  params = {new: tree[old] for old, new in generator_modes.RENAMED['electra'].items()}
+  architecture = (model_config.architectures(config) or [
+      'BERT masked LM' if bert.is_bert(config) else 'ElectraForMaskedLM'])[0]
+  return generator_modes.Source(params, shape, f"the {architecture} in '{directory}'")

@@ -1,11 +1,7 @@
 """README.md of an exported directory: the model card the Hugging Face Hub shows, from the run.
 
-The Hub reads the YAML block at the top (library, tags, the pipeline the widget runs) and shows
-the rest. Everything in the card is read from the run: its config, the exported step, the FLOPs
-of that many steps (training/flops.py) and its last held-out evaluation up to that step. What the
-run cannot know (its text's language, the license it is published under) the publisher gives at
-export (`--language`, `--license`) or adds later, and file paths are cut to their names, so that
-a card published as written shows no local directories.
+What the run cannot know (language, license) the publisher gives at export or adds later, and
+paths are cut to their names, so a card published as written shows no local directories.
 """
 
 import json
@@ -55,7 +51,7 @@ def last_evaluation(workdir: str, step: int) -> dict:
   if not storage.exists(path):
     return {}
   evaluations = [m for m in map(json.loads, storage.read_text(path).splitlines())
-                 if m.get('step', step + 1) <= step and any(k in m for k in EVAL_KEYS)]
+                 if m['step'] <= step and any(k in m for k in EVAL_KEYS)]
   return evaluations[-1] if evaluations else {}
 
 
@@ -64,7 +60,7 @@ def training_text(data: ml_collections.ConfigDict) -> str:
   if data.train_files:
     names = [os.path.basename(p.strip().rstrip('/')) for p in data.train_files.split(',')]
     return ', '.join(f'`{name}`' for name in names if name)
-  if data.get('sources'):
+  if data.sources:
     return f'a mixture of {len(data.sources.split(","))} source(s) (`data.sources`)'
   return 'a prepared corpus (`data.prepared_dir`)'
 
@@ -133,7 +129,7 @@ def model_card(network: str, config: ml_collections.ConfigDict, step: int,
   title, class_name, computes, pipeline = NETWORKS[network]
   tokens = step * config.batch_size * config.max_seq_length
   decay = f'{config.weight_decay:g}'
-  if config.get('embedding_weight_decay') is not None:
+  if config.embedding_weight_decay is not None:
     decay += f' (embeddings {config.embedding_weight_decay:g})'
   rows = [
       ('objective', OBJECTIVES[config.objective].format(w=config.disc_weight)),
@@ -175,7 +171,7 @@ def scores_text(scores: dict) -> str:
 
 def start_text(results: dict) -> str:
   """Where fine-tuning started, with any path cut to its last folder's name."""
-  if not results.get('init_from'):
+  if not results['init_from']:
     return 'random initialisation (no pretraining)'
   return f"the pretrained encoder `{os.path.basename(results['init_from'].rstrip('/'))}`"
 

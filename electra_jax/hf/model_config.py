@@ -1,11 +1,8 @@
 """Our `model` config section <-> the config.json of a transformers ELECTRA (ElectraConfig).
 
-The discriminator directory describes the discriminator; the generator directory describes the
-generator: its own width, max(1, width // 64) heads and a 4 x width FFN, with the same embedding
-size, depth and vocabulary. A run of objective 'mlm' exports one ElectraForMaskedLM at the
-discriminator's sizes (network 'mlm'). Import accepts only what our model computes identically
-(exact GELU, LayerNorm epsilon 1e-12, absolute positions, an encoder); anything else is refused
-by name, since silently changing it would change the model's outputs.
+Import accepts only what our model computes identically (exact GELU, LayerNorm epsilon 1e-12,
+absolute positions, an encoder) and refuses anything else by name: silently changing it would
+change the model's outputs.
 """
 
 import math
@@ -31,6 +28,11 @@ _REQUIRED = ('vocab_size', 'embedding_size', 'hidden_size', 'num_hidden_layers',
              'num_attention_heads', 'intermediate_size')
 # Fields both networks must agree on: they share the embedding block.
 _SHARED = ('vocab_size', 'embedding_size', 'max_position_embeddings', 'type_vocab_size')
+
+
+def architectures(config: dict) -> list[str]:
+  """A config.json's model classes; configs written by hand or by old versions have none."""
+  return config.get('architectures') or []
 
 
 def generator_shape(width: int) -> tuple[int, int]:
@@ -82,8 +84,9 @@ def _field(config: dict, name: str, source: str):
 
 def check_supported(config: dict, source: str):
   """Refuses a config whose network would compute something other than ours."""
-  if config.get('model_type') != 'electra':
-    raise UsageError(f'{source} describes a "{config.get("model_type")}" model, not ELECTRA '
+  kind = config.get('model_type')  # a config.json not written by transformers may lack it
+  if kind != 'electra':
+    raise UsageError(f'{source} describes a "{kind}" model, not ELECTRA '
                      '(model_type "electra") or BERT ("bert"); point at an ELECTRA or BERT '
                      'checkpoint directory')
   for name in _REQUIRED:
@@ -131,13 +134,8 @@ def _check_generator(generator: dict, reference: dict | None, source: str):
 def from_hf(discriminator: dict | None, generator: dict | None,
             model_config: ml_collections.ConfigDict, sources: dict[str, str]
             ) -> ml_collections.ConfigDict:
-  """`model_config` with every field the given HF configs determine replaced by theirs.
-
-  With only a discriminator, the generator keeps `model_config`'s generator_hidden_size (it
-  is initialised afresh). With only a generator, the discriminator's width, heads and FFN keep
-  `model_config`'s values. A generator width that `model_config`'s fraction already gives is
-  kept as the fraction, so the result stays equal to the config file where it can.
-  """
+  """`model_config` with every field the given HF configs determine replaced by theirs; a
+  generator width or depth its fractions already give stays a fraction, as in the config file."""
   given = {k: v for k, v in (('discriminator', discriminator), ('generator', generator)) if v}
   for kind, config in given.items():
     check_supported(config, sources[kind])

@@ -1,16 +1,8 @@
 """Our parameter tree <-> Hugging Face ELECTRA tensors, named as in the PyTorch classes.
 
-One network per direction call (`NETWORKS`): 'discriminator' (ElectraForPreTraining),
-'generator' (ElectraForMaskedLM), or, for a run of objective 'mlm', 'mlm': BERT's masked LM,
-our discriminator-sized encoder under `mlm_head`, laid out as an ElectraForMaskedLM. Each HF
-network carries its own copy of the shared embedding block (`electra.embeddings.*`); ours holds
-it once, at the top of the tree.
-
-Layout differences that the mapping undoes:
-  * a Flax Dense kernel is [in, out]; a torch Linear weight is [out, in] (transposed);
-  * a Flax LayerNorm has `scale`, torch `weight`; an Embed has `embedding`, torch `weight`;
-  * the generator's output matrix is the word-embedding table (tied), so only its bias,
-    our `generator_head.output_bias`, is a tensor of its own (`generator_lm_head.bias`).
+One network per call (`NETWORKS`). Each HF network carries its own copy of the shared embedding
+block (`electra.embeddings.*`); ours holds it once. The generator's output matrix is the word
+table (tied), so only its bias is a tensor of its own.
 """
 
 from collections.abc import Mapping
@@ -139,13 +131,9 @@ def _listing(names, limit=4) -> str:
 
 def from_hf(tensors: Mapping[str, np.ndarray], kind: str, target: Mapping[str, Any],
             source: str) -> dict[str, Any]:
-  """Our subtrees (embeddings, the network, its head) from the HF `kind` network's tensors
-  ('discriminator', 'generator', or 'encoder': the discriminator's without its head).
-
-  `target` is our full parameter tree (arrays or shape structs) for the model the HF config
-  describes; every tensor must be there with the shape it implies, and nothing else may be.
-  `source` names the file in error messages.
-  """
+  """Our subtrees (embeddings, the network, its head) from the HF `kind` network's tensors,
+  each present with the shape `target` (our tree, arrays or shape structs) implies, and no other;
+  `source` names the file in errors."""
   pairs = name_pairs(kind, *_structure(target, kind))
   expected = {pair.torch_name for pair in pairs}
   missing = expected - set(tensors)

@@ -1,32 +1,11 @@
 """Tokenizer files that make `AutoTokenizer` reproduce our ids, written without transformers.
 
-`tokenizer.json` (the `tokenizers` library's format) holds the whole pipeline, so it loads
-offline and needs no conversion code on the reader's side:
-
-  sentencepiece unigram vocab (ours)        WordPiece vocab.txt (Google's releases)
-  ----------------------------------        ---------------------------------------
-  Precompiled normalizer: the model's own   BertNormalizer: clean text, CJK spacing,
-    charsmap (nmt_nfkc), byte for byte        lowercase + strip accents if uncased
-  collapse runs of spaces, drop trailing    BertPreTokenizer: whitespace, punctuation
-    ones (sentencepiece's
-    remove_extra_whitespaces)
-  Metaspace: ' ' -> '▁', one '▁' in front   WordPiece, '##' continuations, [UNK]
-  Unigram: the pieces and their scores
-
-and for both the post-processor `[CLS] A [SEP]` / `[CLS] A [SEP] B:1 [SEP]:1` (segment ids 0
-then 1, our packing's layout) and the five specials as special added tokens.
-
-A leading space is kept rather than stripped: Metaspace does not add a second '▁' to text that
-already starts with one, and a segment that follows a [MASK] in fill-mask input (" of the") then
-keeps its word boundary, as it had in training.
-
-tokenizer_config.json names PreTrainedTokenizerFast and every special token explicitly: given
-only model_type "electra", transformers would build a WordPiece tokenizer instead.
-The vocabulary file itself (vocab.model or vocab.txt) is copied too, for re-import.
-
-One difference is inherent to transformers: it matches special-token text ("[MASK]") in the
-input and maps it to the special id, which fill-mask relies on; our encoders treat such text as
-ordinary characters.
+tokenizer.json holds the whole pipeline (sentencepiece's normalizer and unigram model, or BERT's
+WordPiece), so it loads offline. A leading space is kept, not stripped: Metaspace adds no second
+'▁', so a segment after a [MASK] in fill-mask input keeps its word boundary, as in training.
+tokenizer_config.json names PreTrainedTokenizerFast, since model_type "electra" alone makes
+transformers build a WordPiece tokenizer. Inherent difference: transformers maps special-token
+text in the input ("[MASK]") to its id, which fill-mask relies on; our encoders do not.
 """
 
 import base64
@@ -35,7 +14,6 @@ import os
 from typing import Any
 
 from electra_jax.data import vocab as vocab_lib
-from electra_jax.data import wordpiece
 from electra_jax.common.errors import UsageError
 
 METASPACE = '\u2581'
@@ -109,9 +87,7 @@ def sentencepiece_tokenizer(vocab: vocab_lib.Vocab) -> dict[str, Any]:
                # One lattice over the whole text, as sentencepiece decodes it.
                'split': False}
   return {
-      'version': '1.0',
-      'truncation': None,
-      'padding': None,
+      'version': '1.0', 'truncation': None, 'padding': None,
       'added_tokens': _added_tokens(vocab),
       'normalizer': {'type': 'Sequence', 'normalizers': normalizers},
       'pre_tokenizer': metaspace,
@@ -122,7 +98,7 @@ def sentencepiece_tokenizer(vocab: vocab_lib.Vocab) -> dict[str, Any]:
   }
 
 
-def wordpiece_tokenizer(vocab: wordpiece.WordPieceVocab) -> dict[str, Any]:
+def wordpiece_tokenizer(vocab: vocab_lib.WordPieceVocab) -> dict[str, Any]:
   """tokenizer.json contents of BERT's tokenizer over the vocab.txt (the one we encode with)."""
   config = json.loads(vocab.tokenizer.to_str())
   config['added_tokens'] = _added_tokens(vocab)
@@ -134,21 +110,18 @@ def tokenizer_config(vocab, model_max_length: int) -> dict[str, Any]:
   config = {
       'tokenizer_class': 'PreTrainedTokenizerFast',
       'pad_token': '[PAD]', 'unk_token': '[UNK]', 'cls_token': '[CLS]', 'sep_token': '[SEP]',
-      'mask_token': '[MASK]',
+      'mask_token': '[MASK]', 'model_max_length': model_max_length,
       'model_input_names': ['input_ids', 'token_type_ids', 'attention_mask'],
-      'model_max_length': model_max_length,
-      'padding_side': 'right',
-      'truncation_side': 'right',
-      'clean_up_tokenization_spaces': False,
+      'padding_side': 'right', 'truncation_side': 'right', 'clean_up_tokenization_spaces': False,
   }
-  if isinstance(vocab, wordpiece.WordPieceVocab):
+  if isinstance(vocab, vocab_lib.WordPieceVocab):
     config['do_lower_case'] = vocab.lowercase
   return config
 
 
 def write_tokenizer(vocab, out_dir: str, model_max_length: int):
   """Writes tokenizer.json, tokenizer_config.json and the vocabulary file into `out_dir`."""
-  if isinstance(vocab, wordpiece.WordPieceVocab):
+  if isinstance(vocab, vocab_lib.WordPieceVocab):
     tokenizer = wordpiece_tokenizer(vocab)
     vocab_name, vocab_bytes = 'vocab.txt', ''.join(p + '\n' for p in vocab.pieces).encode()
   else:

@@ -1,11 +1,8 @@
 """GLUE examples from a local GLUE folder (<dir>/<TASK>/{train,dev,test}.tsv) or from TFDS.
 
-TSV files are read as GLUE ships them: UTF-8 with or without a byte-order mark (MRPC has one),
-tab-separated, and with NO quote processing: MRPC and QQP hold unmatched '"' characters that a
-CSV reader's quoting would silently merge with the following lines.
-
-TFDS datasets (glue/<config>) are read without TensorFlow, through data/tfds_source.py; they
-must already be prepared in the TFDS data_dir (`tfds build glue/<config>`).
+TSV files are UTF-8 with or without a byte-order mark (MRPC has one), with NO quote processing:
+MRPC and QQP hold unmatched '"' that CSV quoting would merge with the following lines. TFDS's
+glue/<config> is read without TensorFlow (data/tfds_source.py), once prepared (`tfds build`).
 """
 
 import csv

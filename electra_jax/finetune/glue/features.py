@@ -1,8 +1,7 @@
 """GLUE examples -> fixed-length model inputs: `[CLS] A [SEP] B [SEP]` with segment ids 0 and 1.
 
-As BERT and ELECTRA did it: a pair longer than max_seq_length is truncated longest-first (one
-token at a time from the end of the longer text, the second on a tie), a single text at its end;
-padding is id 0 after the last [SEP].
+As BERT and ELECTRA did it: a pair is truncated longest-first (from the end of the longer text,
+the second on a tie), a single text at its end; padding is id 0.
 """
 
 import numpy as np
@@ -54,12 +53,8 @@ def token_counts(input_ids: np.ndarray) -> np.ndarray:
 
 
 def trim_padding(inputs: dict[str, np.ndarray], multiple: int = 8) -> dict[str, np.ndarray]:
-  """The [N, L] inputs without the trailing columns that are padding in every row (rounded up to
-  a multiple of `multiple`, kind to vector units).
-
-  Attention adds -10000 to the logits of padding, so exp gives them exactly 0: the tokens'
-  outputs are those of the full length, and each step costs what the longest example needs
-  (SST-2's training set at max_seq_length 128 and a 4,096-piece vocabulary: 96 columns)."""
+  """The [N, L] inputs without the trailing all-padding columns (rounded up to `multiple`). The
+  outputs stay those of the full length: attention's -10000 on padding gives exactly 0."""
   length = round_up(max(int(token_counts(inputs['input_ids']).max(initial=0)), 1), multiple)
   return {name: values[:, :length] for name, values in inputs.items()}
 

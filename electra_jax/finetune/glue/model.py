@@ -1,15 +1,10 @@
 """GLUE's network: ELECTRA's discriminator encoder with a classification head on [CLS].
 
-Its parameter tree holds `embeddings` and `discriminator` as pretraining names them
-(finetune/model.py's encode), plus `classifier`, the new head: [CLS] vector -> dropout -> one
-dense layer (num_labels logits, or 1 score for a regression task). As in the original there is no
-pooler, and the head is initialised with Glorot-uniform (TensorFlow's default for a dense layer
-given no initializer). `head='transformers'` puts transformers' ElectraForSequenceClassification
-head there instead (dense H -> H, exact GELU, dropout, then the dense layer above), so that the
-fine-tuned model exports as that class (finetune/export.py); its new layer is drawn as
-transformers draws it, normal(0.02). `pooling='mean'` reads the mean of the top layer over the
-real tokens instead of [CLS]: replaced-token detection never asks [CLS] anything, so a small
-encoder's sentence information may sit in its tokens.
+The head is the original's: [CLS] -> dropout -> one dense layer (labels, or STS-B's score),
+Glorot-uniform as TensorFlow's default, no pooler. head='transformers' puts
+ElectraForSequenceClassification's dense, exact GELU and dropout before it (its new layer drawn
+normal(0.02)), so the model exports as that class. pooling='mean' reads the top layer's mean over
+the real tokens: replaced-token detection never asks [CLS] anything.
 """
 
 from typing import Any
@@ -18,7 +13,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 import ml_collections
 
-from electra_jax.finetune.model import encode
+from electra_jax.finetune.init import encode
 
 
 class Classifier(nn.Module):
@@ -50,9 +45,8 @@ HEADS = ('electra', 'transformers')
 
 
 def pool(hidden, input_ids, pooling: str):
-  """[B, H] of the sequence output [B, L, H]: its first ([CLS]) vector, or its mean over the
-  real tokens ([CLS] and [SEP] included, padding (id 0) not). An all-padding row (the filler
-  of a last evaluation batch) pools to zeros, not 0/0."""
+  """[B, H]: the [CLS] vector, or the mean over the real tokens ([CLS] and [SEP] included); an
+  all-padding row (a last batch's filler) pools to zeros, not 0/0."""
   if pooling == 'cls':
     return hidden[:, 0]
   if pooling != 'mean':

@@ -1,12 +1,13 @@
 """Fine-tuning on one GLUE task, for several seeds: data -> classifier -> the shared loop -> scores.
 
-The loop is finetune/loop.py's. GLUE's part: the classifier (glue/model.py) and its loss (cross
-entropy, or squared error for STS-B's score), the training set with its (B, A) swaps, each set
-cut to its longest example, and per seed the dev metrics and the test split's predictions, which
-glue/results.py writes as submission files.
+GLUE's part: the loss (cross entropy; squared error for STS-B), the (B, A) swaps, each set cut
+to its longest example, and results.json scored by the first dev split's first metric. A test
+split's submission file (<TASK>.tsv; MNLI-m.tsv, MNLI-mm.tsv) is GLUE's `index<TAB>prediction`,
+per seed in DIR/seed_<seed>/ and the median seed's in DIR.
 """
 
 import functools
+import os
 import time
 
 from absl import logging
@@ -18,10 +19,8 @@ import optax
 
 from electra_jax.common import run_lock
 from electra_jax.common.errors import UsageError
-from electra_jax.finetune import cpu_threefry, init, loop, optim, settings
-from electra_jax.finetune import model as model_lib
-from electra_jax.finetune.glue import (data as glue_data, features, metrics,
-                                       model as glue_model, results, tasks)
+from electra_jax.finetune import init, loop, optim, settings
+from electra_jax.finetune.glue import data as glue_data, features, model as glue_model, tasks
 from electra_jax.training import train as pretrain
 
 
@@ -29,17 +28,17 @@ def classifier_of(config, model_config, num_outputs: int) -> glue_model.Classifi
   """The GLUE network a resolved fine-tuning `config` trains on `model_config` (the start's)."""
   return glue_model.Classifier(model_config, num_outputs, config.head_dropout,
                                loop.DTYPES[config.dtype], config.attention, config.pooling,
-                               config.get('head', 'electra'))  # runs saved before it: 'electra'
+                               config.head)
 
 
 def resolve(config: ml_collections.ConfigDict, task: tasks.Task, model: ml_collections.ConfigDict,
             num_devices: int, init_step: int | None = None) -> ml_collections.ConfigDict:
   """settings.resolve, then the classifier's own fields checked."""
   c = settings.resolve(config, task, model, num_devices, init_step)
-  if c.get('pooling', 'cls') not in glue_model.POOLINGS:
+  if c.pooling not in glue_model.POOLINGS:
     raise UsageError(f"config.pooling={c.pooling!r}: use 'cls' (the [CLS] vector, the recipe) or "
                      "'mean' (the mean of the top layer over the real tokens)")
-  if c.get('head', 'electra') not in glue_model.HEADS:
+  if c.head not in glue_model.HEADS:
     raise UsageError(f"config.head={c.head!r}: use 'electra' (one dense layer on [CLS], the "
                      "original's) or 'transformers' (ElectraForSequenceClassification's dense, "
                      'GELU, dense, which electra_jax.export writes as that class)')
@@ -86,20 +85,58 @@ def fine_tune_seed(config, task, seed, start, model, compiled, train_inputs, eva
   for name, (inputs, labels) in eval_inputs['dev'].items():
     predictions = to_predictions(task, loop.predict(predict_fn, params, inputs,
                                                     config.eval_batch_size, batch_sharding))
-    scores[name] = metrics.compute(task.metrics, labels, predictions)
+    scores[name] = tasks.compute(task.metrics, labels, predictions)
   for name, inputs in eval_inputs['test'].items():
     test_predictions[name] = to_predictions(task, loop.predict(
         predict_fn, params, inputs, config.eval_batch_size, batch_sharding))
   return scores, test_predictions
 
 
+def task_score(task: tasks.Task, scores: dict[str, dict[str, float]]) -> float:
+  return scores[task.dev[0].name][task.metrics[0]]
+
+
+def write_submission(path: str, task: tasks.Task, examples: glue_data.Examples,
+                     predictions: np.ndarray):
+  lines = ['index\tprediction']
+  for index, prediction in zip(examples.index, predictions):
+    value = f'{float(prediction):.3f}' if task.is_regression else task.labels[int(prediction)]
+    lines.append(f'{index}\t{value}')
+  with open(path, 'w', encoding='utf-8') as f:
+    f.write('\n'.join(lines) + '\n')
+
+
+def write_results(workdir: str, task: tasks.Task, config, description: str, budget: dict,
+                  per_seed: dict[int, dict], predictions: dict[int, dict[str, np.ndarray]],
+                  test: dict[str, glue_data.Examples]) -> dict:
+  """DIR/results.json and the submission files; returns results.json's contents."""
+  chosen = loop.median_of({seed: task_score(task, s) for seed, s in per_seed.items()})
+  for seed, by_split in predictions.items():
+    seed_dir = os.path.join(workdir, f'seed_{seed}')
+    os.makedirs(seed_dir, exist_ok=True)
+    for name, values in by_split.items():
+      write_submission(os.path.join(seed_dir, f'{name}.tsv'), task, test[name], values)
+      if seed == chosen:
+        write_submission(os.path.join(workdir, f'{name}.tsv'), task, test[name], values)
+  summary = {
+      'task': task.name, 'init_from': config.init_from, 'init': description, 'size': config.size,
+      'score_metric': f'{task.dev[0].name} {task.metrics[0]}',
+      'score': float(np.median([task_score(task, s) for s in per_seed.values()])),
+      'median': loop.medians(per_seed),
+      'seeds': {str(seed): scores for seed, scores in per_seed.items()},
+      'submission_seed': chosen if predictions[chosen] else None,  # None: no test split
+      'submission_files': sorted(f'{name}.tsv' for name in test), 'budget': budget,
+      'learning_rate': config.learning_rate, 'layer_decay': config.layer_decay}
+  loop.write_json(os.path.join(workdir, loop.RESULTS), summary)
+  return summary
+
+
 @run_lock.one_run_per_workdir('fine-tuning run')
-@cpu_threefry.in_line_on_cpu()  # the same dropout masks, for less CPU time
 def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Fine-tunes every seed of `config` on its task; writes DIR/results.json and submissions."""
   task = tasks.get_task(config.task)
   settings.parse_seeds(config.seeds)
-  start = init.with_reinit(init.load_start(config), config.get('reinit', ''))
+  start = init.with_reinit(init.load_start(config), config.reinit)
   config = resolve(config, task, start.model, jax.device_count(), start.step)
   data = glue_data.load(task, config.data_dir, config.tfds_name, config.tfds_data_dir,
                         config.predict_test)
@@ -115,7 +152,7 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   loop.prepare_workdir(config, workdir)
   model = classifier_of(config, start.model, task.num_outputs)
-  shapes = model_lib.param_shapes(model, config.max_seq_length)
+  shapes = init.param_shapes(model, config.max_seq_length)
   optimizer = optim.make_optimizer(config, shapes, start.model.num_layers, total_steps)
   compiled = compile_steps(model, optimizer, task.is_regression, pretrain.make_mesh())
   width = train_inputs['input_ids'].shape[1]
@@ -140,7 +177,7 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
             'steps': total_steps, 'batch_size': config.batch_size,
             'epochs': config.num_epochs, 'max_seq_length': config.max_seq_length,
             'seconds': round(time.perf_counter() - started, 1)}
-  summary = results.write(workdir, task, config, start.description, budget, per_seed,
+  summary = write_results(workdir, task, config, start.description, budget, per_seed,
                           predictions, data.test)
   # One program per batch length: at most one per multiple up to the set's length.
   multiple = config.length_multiple

@@ -1,15 +1,14 @@
 """The GLUE tasks as data: where each split's text and labels are, and how a task is scored.
 
-A task's labels are the strings its GLUE TSV files use ('0'/'1' for the binary tasks whose files
-hold numbers; 'entailment', ... for the NLI tasks), which are also what a GLUE submission file
-holds. TFDS stores the same labels as class numbers in its own order (`tfds_labels`), so both
-sources give the same examples.
-
-Column names come from the standard GLUE download (the layout of `download_glue_data.py`); CoLA's
-train and dev files have no header, so their columns are positions.
+Labels are the strings of GLUE's TSV and submission files; TFDS's class numbers map to them in
+its own order (`tfds_labels`). Columns are named as in the standard GLUE download (CoLA's train
+and dev files have no header: positions). The metrics are scikit-learn's and SciPy's (the tests
+compare), 0.0 where a formula divides by zero, as scikit-learn gives, not NaN.
 """
 
 import dataclasses
+
+import numpy as np
 
 from electra_jax.common.errors import UsageError
 
@@ -111,3 +110,60 @@ def get_task(name: str) -> Task:
     raise UsageError(f"unknown GLUE task '{name}'; use one of {', '.join(TASKS)} "
                      '(e.g. --config.task=SST-2)')
   return TASKS[_ALIASES[key]]
+
+
+# ---- metrics ----------------------------------------------------------------------------------
+
+
+def accuracy(labels, predictions) -> float:
+  return float(np.mean(np.asarray(labels) == np.asarray(predictions)))
+
+
+def f1(labels, predictions, positive=1) -> float:
+  """F1 of the positive class (MRPC: equivalent, QQP: duplicate)."""
+  labels, predictions = np.asarray(labels) == positive, np.asarray(predictions) == positive
+  true_positives = np.sum(labels & predictions)
+  denominator = np.sum(labels) + np.sum(predictions)
+  return float(2 * true_positives / denominator) if denominator else 0.0
+
+
+def mcc(labels, predictions) -> float:
+  """Matthews correlation coefficient of binary labels (CoLA)."""
+  labels, predictions = np.asarray(labels) == 1, np.asarray(predictions) == 1
+  tp = float(np.sum(labels & predictions))
+  tn = float(np.sum(~labels & ~predictions))
+  fp = float(np.sum(~labels & predictions))
+  fn = float(np.sum(labels & ~predictions))
+  denominator = np.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+  return float((tp * tn - fp * fn) / denominator) if denominator else 0.0
+
+
+def pearson(labels, predictions) -> float:
+  x = np.asarray(labels, np.float64) - np.mean(labels)
+  y = np.asarray(predictions, np.float64) - np.mean(predictions)
+  denominator = np.sqrt(np.sum(x * x) * np.sum(y * y))
+  return float(np.sum(x * y) / denominator) if denominator else 0.0
+
+
+def _ranks(values) -> np.ndarray:
+  """Ranks 1..n, ties sharing their average rank (SciPy's rankdata 'average')."""
+  values = np.asarray(values, np.float64)
+  order = np.argsort(values, kind='stable')
+  sorted_values = values[order]
+  # Each run of equal values gets the mean of the positions it spans.
+  starts = np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]])
+  ends = np.r_[starts[1:], len(values)]
+  ranks = np.empty(len(values))
+  ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)
+  return ranks
+
+
+def spearman(labels, predictions) -> float:
+  return pearson(_ranks(labels), _ranks(predictions))
+
+
+METRICS = {'accuracy': accuracy, 'f1': f1, 'mcc': mcc, 'pearson': pearson, 'spearman': spearman}
+
+
+def compute(names, labels, predictions) -> dict[str, float]:
+  return {name: METRICS[name](labels, predictions) for name in names}

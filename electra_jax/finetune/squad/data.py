@@ -1,13 +1,9 @@
 """SQuAD 1.1 and 2.0 files (the official JSON layout) as questions over whitespace-split contexts.
 
-Each context is split into words at whitespace exactly as the original ELECTRA (and BERT) code
-does it (space, tab, CR, LF and U+202F), keeping every word's character span, so answers can be
-mapped from characters to words and sub-tokens and predicted spans back to the context's text.
-
-Every gold answer must be the context's text at its `answer_start`: anything else means the
-file is not what it claims to be, and reading stops with the file, the question id and both
-texts. (The original skipped such training questions with a log line; the official files have
-none, so a mismatch is the user's to fix.)
+Contexts split into words at whitespace as the original's code does (space, tab, CR, LF,
+U+202F), each word keeping its character span. A gold answer that is not the context's text at
+its `answer_start` stops reading (the original skipped such training questions; the official
+files have none, so a mismatch is the user's to fix).
 """
 
 import json
@@ -47,11 +43,6 @@ class SquadSet(NamedTuple):
   contexts: list[Context]
   questions: list[Question]
 
-  @property
-  def has_answer(self) -> dict[str, bool]:
-    """What the official 2.0 script calls qid_to_has_ans."""
-    return {q.qid: bool(q.answers) for q in self.questions}
-
 
 def split_words(text: str) -> Context:
   starts, ends, inside = [], [], False
@@ -68,6 +59,15 @@ def split_words(text: str) -> Context:
   return Context(text, tuple(starts), tuple(ends))
 
 
+def _has(record: dict, name: str, kind: type) -> bool:
+  """Whether `record` is a JSON object with the field `name`, of type `kind`."""
+  return isinstance(record, dict) and name in record and isinstance(record[name], kind)
+
+
+def _title(article: dict) -> str:
+  return article['title'] if 'title' in article else '?'
+
+
 def _load_json(path: str):
   if not os.path.isfile(path):
     raise UsageError(f"SQuAD file '{path}' does not exist; set --config.data_dir (and "
@@ -77,18 +77,18 @@ def _load_json(path: str):
       data = json.load(f)
   except (UnicodeDecodeError, json.JSONDecodeError) as e:
     raise UsageError(f"'{path}' is not a SQuAD JSON file ({e})") from None
-  if not isinstance(data, dict) or not isinstance(data.get('data'), list):
+  if not _has(data, 'data', list):
     raise UsageError(f"'{path}' is not a SQuAD JSON file: it has no list 'data' of articles")
   return data['data']
 
 
 def _answers(path: str, qa: dict, context: str) -> tuple[Answer, ...]:
   answers = []
-  for answer in qa.get('answers') or ():
-    text, start = answer.get('text'), answer.get('answer_start')
-    if not isinstance(text, str) or not isinstance(start, int):
+  for answer in qa.get('answers') or ():  # an unanswerable question may leave it out
+    if not _has(answer, 'text', str) or not _has(answer, 'answer_start', int):
       raise UsageError(f"'{path}' question {qa['id']}: an answer without 'text' and an integer "
                        f"'answer_start' ({answer!r})")
+    text, start = answer['text'], answer['answer_start']
     found = context[start:start + len(text)]
     if start < 0 or found != text:
       raise UsageError(f"'{path}' question {qa['id']}: answer {text!r} at character {start} "
@@ -103,22 +103,22 @@ def read(path: str, answerable_only: bool = False, max_articles: int = 0) -> Squ
   contexts, questions, seen = [], [], set()
   articles = _load_json(path)
   for article in articles[:max_articles] if max_articles > 0 else articles:
-    for paragraph in article.get('paragraphs', ()):
-      if not isinstance(paragraph.get('context'), str):
-        raise UsageError(f"'{path}': a paragraph of '{article.get('title', '?')}' has no "
+    for paragraph in article['paragraphs'] if 'paragraphs' in article else ():
+      if not _has(paragraph, 'context', str):
+        raise UsageError(f"'{path}': a paragraph of '{_title(article)}' has no "
                          "'context' text")
       context = paragraph['context']
       number = len(contexts)
       contexts.append(split_words(context))
-      for qa in paragraph.get('qas', ()):
-        qid = qa.get('id')
-        if not isinstance(qid, str) or not isinstance(qa.get('question'), str):
-          raise UsageError(f"'{path}': a question of '{article.get('title', '?')}' lacks an "
+      for qa in paragraph['qas'] if 'qas' in paragraph else ():
+        if not _has(qa, 'id', str) or not _has(qa, 'question', str):
+          raise UsageError(f"'{path}': a question of '{_title(article)}' lacks an "
                            "'id' or its 'question' text")
+        qid = qa['id']
         if qid in seen:
           raise UsageError(f"'{path}' question {qid}: the id occurs twice")
         seen.add(qid)
-        impossible = bool(qa.get('is_impossible', False))
+        impossible = bool(qa.get('is_impossible', False))  # SQuAD 1.1 has no such field
         answers = _answers(path, qa, context)
         if not impossible and not answers:
           raise UsageError(f"'{path}' question {qid}: no answers, and it is not marked "

@@ -1,20 +1,13 @@
-"""SQuAD questions -> fixed-length windows, as the original ELECTRA (after BERT) builds them.
+"""SQuAD questions -> fixed-length windows, as the original ELECTRA (after BERT) builds them:
+`[CLS] question [SEP] context [SEP]`, segment ids 0 then 1, padding 0.
 
-    [CLS] question [SEP] context sub-tokens [SEP]      segment ids 0 ... 0 1 ... 1, padding 0
-
-The question keeps its first `max_query_length` sub-tokens. A context longer than the rest of
-the sequence is covered by several windows, each starting `doc_stride` sub-tokens after the
-previous one (or right after its end, if that is sooner), the last one ending at the context's
-end. A token seen by several windows is scored in the one where it has the most context on both
-sides ("max context"): min(left, right) + 0.01 * window length, the first window on a tie.
-
-Contexts are tokenized word by word (whitespace words, squad_data), so every sub-token belongs
-to one word and knows its character span in the context. An answer's character span becomes the
-sub-tokens overlapping it. The original took the whole words and then searched them for the
-answer's own tokenization (`_improve_answer_span`); both give the same span in the usual case,
-and the character spans also find it where the search fails (an answer that is part of a
-sub-token keeps that sub-token). A training window that does not contain the whole answer, and
-every window of an unanswerable question, points at [CLS] (position 0) for start and end.
+The question keeps max_query_length sub-tokens; a long context gets windows doc_stride apart, the
+last ending at its end. A token in several windows is scored in the one where it has the most
+context, min(left, right) + 0.01 * window length (the first on a tie). Contexts are tokenized
+word by word, so each sub-token knows its character span, and an answer becomes the sub-tokens
+overlapping its characters: the original's `_improve_answer_span` search gives the same span in
+the usual case, and this also finds an answer inside a sub-token. A training window without the
+whole answer, and an unanswerable question's, targets [CLS] (0) for start and end.
 """
 
 from typing import NamedTuple

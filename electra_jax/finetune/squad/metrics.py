@@ -1,18 +1,12 @@
-"""EM and F1 exactly as the official SQuAD evaluation scripts (v1.1 and v2.0) compute them.
+"""EM and F1 exactly as the official SQuAD evaluation scripts (v1.1 and v2.0) compute them:
+answers normalised (lowercase, no ASCII punctuation, a/an/the out, whitespace collapsed), each
+question's best over its gold answers, percentages over the questions.
 
-Both normalise an answer the same way: lowercase, drop ASCII punctuation (string.punctuation),
-replace the words a/an/the by a space, and collapse whitespace. EM is 1 when the normalised
-prediction equals a normalised gold answer, F1 the bag-of-tokens F1; each question takes the
-maximum over its gold answers, and the scores are percentages over the questions.
-
-The scripts differ where this module keeps them apart:
-  * v1.1 keeps every gold answer; an unanswered question scores 0 and counts in the total.
-  * v2.0 keeps the gold answers that normalise to something, or [''] when none does (an
-    unanswerable question: only the empty prediction is right); F1 is 1 if both token lists are
-    empty, 0 if one is. A question with no prediction is left out. Given no-answer scores
-    (`na_probs`, any real numbers: higher = more likely unanswerable), a question whose score
-    exceeds `na_prob_thresh` counts as predicted "no answer". Scores are reported overall and for
-    the HasAns and NoAns questions, with the thresholds that would have maximised EM and F1.
+Where they differ: v1.1 counts an unanswered question as 0. v2.0 leaves it out, keeps the gold
+answers that normalise to something (else [''], where only "" is right), scores F1 1 when both
+token lists are empty, and, given no-answer scores `na_probs` (higher: more likely
+unanswerable), counts one above `na_prob_thresh` as "no answer"; it reports HasAns and NoAns
+too, and the thresholds that would have maximised EM and F1.
 """
 
 import collections
@@ -61,10 +55,6 @@ def evaluate_v1(gold: dict[str, list[str]], predictions: dict[str, str]) -> dict
 
 # ---- v2.0 -----------------------------------------------------------------------------------
 
-def exact_v2(gold: str, prediction: str) -> float:
-  return float(normalize_answer(gold) == normalize_answer(prediction))
-
-
 def f1_v2(gold: str, prediction: str) -> float:
   gold_tokens = normalize_answer(gold).split() if gold else []
   prediction_tokens = normalize_answer(prediction).split() if prediction else []
@@ -80,7 +70,7 @@ def raw_scores_v2(gold: dict[str, list[str]], predictions: dict[str, str]):
     answers = [a for a in answers if normalize_answer(a)] or ['']
     if qid not in predictions:
       continue
-    exact[qid] = max(exact_v2(a, predictions[qid]) for a in answers)
+    exact[qid] = max(exact_v1(predictions[qid], a) for a in answers)
     f1[qid] = max(f1_v2(a, predictions[qid]) for a in answers)
   return exact, f1
 

@@ -1,21 +1,12 @@
 """Extractive QA: the discriminator encoder with a span head, its loss and its eval outputs.
 
-Two heads (config.head):
-
-  * 'electra', the original's (finetune/qa/qa_tasks.py, joint_prediction=True): start logits from
-    one dense layer; end logits *conditioned on the start*: dense(512, GELU) over [h_start; h_end]
-    then dense(1). Training conditions on the gold start; prediction keeps the `beam_size` best
-    starts and, for each, the `beam_size` best ends (log-probabilities). For SQuAD 2.0 it adds the
-    answerability classifier (answerable_classifier=True, answerable_uses_start_logits=True):
-    dense(512, GELU) over [h_CLS; sum_i softmax(start)_i h_i] then dense(1), a logit that the
-    question is unanswerable, trained by sigmoid cross-entropy with weight 0.5.
-  * 'plain', transformers' ElectraForQuestionAnswering: one dense(2) over every position, start
-    and end logits independent.
-
-As in the original, positions that cannot be an answer (the question, its [SEP], padding) get
-1000 subtracted from their logits; [CLS] stays, as the target of "no answer in this window".
-Heads are initialised Glorot-uniform (TensorFlow's dense default, as the original). The span
-loss is the mean of the start and end cross-entropies.
+Head 'electra' is the original's (qa_tasks.py, joint_prediction=True): end logits conditioned
+on the start, dense(512, GELU) over [h_start; h_end] then dense(1), on the gold start in training
+and on a beam of starts and ends in prediction; for SQuAD 2.0 it adds the answerability logit,
+dense(512, GELU) over [h_CLS; sum_i softmax(start)_i h_i] then dense(1), sigmoid cross-entropy
+weighted 0.5. Head 'plain' is ElectraForQuestionAnswering's dense(2), start and end independent.
+As in the original, positions that cannot be an answer lose 1000 from their logits ([CLS] stays:
+"no answer here"), heads start Glorot-uniform, and the span loss averages start and end.
 """
 
 from typing import Any
@@ -26,7 +17,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from electra_jax.finetune.model import encode
+from electra_jax.finetune.init import encode
 
 HEADS = ('electra', 'plain')
 ANSWERABLE_WEIGHT = 0.5   # the original's answerable_weight
@@ -87,12 +78,8 @@ class QuestionAnswerer(nn.Module):
 
 
 class _EndLogits(nn.Module):
-  """dense(GELU) over [h_start; h_end] then dense(1): end logits [B, K, L] for K starts.
-
-  The first layer's kernel is that of a dense layer over the concatenation (2H inputs), applied
-  as its two halves, so the K x L concatenations are never built: the same numbers, K times
-  less memory and work for the end half.
-  """
+  """dense(GELU) over [h_start; h_end] then dense(1): end logits [B, K, L] for K starts. The
+  2H-input kernel is applied as its two halves, so the K x L concatenations are never built."""
   features: int
 
   @nn.compact

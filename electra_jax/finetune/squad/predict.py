@@ -1,21 +1,13 @@
 """The model's window outputs -> one answer text per question, as the original's qa_metrics.py.
 
-For each question, every window proposes (start, end) pairs: with the 'electra' head, the beam of
-starts times each start's beam of ends, scored log p(start) + log p(end | start); with the
-'plain' head, the `n_best_size` best starts times the `n_best_size` best ends, scored by the sum
-of their logits. A pair counts if both ends lie in the window's context, the start is in the
-window where its token has max context, end >= start and the span has at most
-`max_answer_length` sub-tokens. The best `n_best_size` distinct texts are kept; the answer is the
-best (the original's "empty" if no pair counts).
-
-An answer's text is the context's own characters: from the start sub-token's first character to
-the end sub-token's last, the words between joined by one space, which is what the original's
-get_final_text returns whenever its character alignment succeeds (and the whole words where it
-did not).
-
-SQuAD 2.0: a question's no-answer score is the smallest over its windows of the answerability
-logit ('electra' head), or, for the 'plain' head, start_logit[CLS] + end_logit[CLS] minus the
-best answer's score. Above the threshold, the prediction is "" (no answer).
+Each window proposes (start, end) pairs: 'electra', its beam scored log p(start) + log p(end |
+start); 'plain', the n_best_size best starts x ends, scored by their summed logits. A pair counts
+inside the window's context, with its start where that token has max context, end >= start and
+at most max_answer_length sub-tokens. The answer is the best pair's text (the original's "empty"
+if none counts): the context's characters from its first to its last sub-token, words joined by
+one space, as the original's get_final_text gives them. SQuAD 2.0's no-answer score is the
+smallest answerability logit over the windows ('electra'), or start_logit[CLS] +
+end_logit[CLS] minus the best answer's score ('plain'); above the threshold the answer is "".
 """
 
 from typing import NamedTuple

@@ -1,12 +1,8 @@
 """Fine-tuning on SQuAD 1.1 or 2.0, for several seeds: files -> windows -> the loop -> answers.
 
-The loop is finetune/loop.py's: one compiled step reused by every seed, the training windows
-placed on the devices once. Per seed, the dev windows' outputs become answers (squad/predict.py)
-scored as the official scripts score them (squad/metrics.py). DIR gets, per seed in seed_<n>/ and
-for the median seed (by F1) in DIR itself: predictions.json (question id -> answer, "" for no
-answer) and, for 2.0, null_odds.json (question id -> no-answer score) and
-best_non_null.json (the answer before the threshold, which the 2.0 script's best-threshold
-search reads, as the original's does).
+DIR gets, per seed in seed_<n>/ and for the median seed (by F1) in DIR: predictions.json
+(question id -> answer, "" for none) and, for 2.0, null_odds.json (the no-answer scores) and
+best_non_null.json (the answers before the threshold, for the 2.0 script's threshold search).
 """
 
 import dataclasses
@@ -19,13 +15,10 @@ import ml_collections
 
 from electra_jax.common import run_lock
 from electra_jax.common.errors import UsageError
-from electra_jax.finetune import cpu_threefry, init, optim, settings
-from electra_jax.finetune.squad import model as qa_model
+from electra_jax.finetune import init, loop, optim, settings
 from electra_jax.finetune.squad import (data as squad_data, features as squad_features,
-                                        metrics as squad_metrics, predict as squad_predict)
-from electra_jax.finetune import loop
-
-DTYPES = loop.DTYPES
+                                        metrics as squad_metrics, model as qa_model,
+                                        predict as squad_predict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,9 +47,6 @@ def check(config: ml_collections.ConfigDict) -> None:
   if config.head not in qa_model.HEADS:
     raise UsageError(f"config.head={config.head!r}: use 'electra' (the original's) or 'plain' "
                      '(ElectraForQuestionAnswering)')
-  for name in ('max_query_length', 'doc_stride', 'beam_size', 'n_best_size', 'max_answer_length'):
-    if config[name] <= 0:
-      raise UsageError(f'config.{name}={config[name]} must be positive')
   if config.max_seq_length < config.max_query_length + 4:
     raise UsageError(f'config.max_seq_length={config.max_seq_length} leaves no room for the '
                      f'context after a question of max_query_length={config.max_query_length} '
@@ -91,7 +81,6 @@ def output_files(task: QATask, found: squad_predict.Answers, threshold: float) -
 
 
 @run_lock.one_run_per_workdir('fine-tuning run')
-@cpu_threefry.in_line_on_cpu()  # the same dropout masks, for less CPU time
 def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Fine-tunes every seed of `config` on its SQuAD task; writes DIR/results.json and answers."""
   task = get_task(config.task)
@@ -110,7 +99,7 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   loop.prepare_workdir(config, workdir)
   model = qa_model.QuestionAnswerer(start.model, config.head, task.v2 and config.head == 'electra',
-                                    config.beam_size, dtype=DTYPES[config.dtype],
+                                    config.beam_size, dtype=loop.DTYPES[config.dtype],
                                     attention=config.attention)
   compiled = loop.compile_for(config, model, start.model.num_layers,
                               functools.partial(qa_model.loss_fn, model=model),

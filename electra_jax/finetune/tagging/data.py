@@ -1,15 +1,10 @@
 """CoNLL-2000 chunking: sentences from its files, tag encodings, and one label per word.
 
-Files have one word per line, `WORD POS CHUNK` (the first field is the word, the last its tag), a
-blank line between sentences; `-DOCSTART-` lines are skipped, as the original's reader does.
-
-The original trains on BIOES tags (LABEL_ENCODING = "BIOES": single-word chunks S-, last words
-E-) derived from the chunks of the file's BIO tags; 'BIO' trains on the file's tags as they are.
-Predictions go back to BIO before scoring, so conlleval sees what a BIO file would hold.
-
-Each sentence becomes `[CLS] sub-tokens of each word [SEP]`; a word is labelled (and predicted)
-at its first sub-token. Words that do not fit in max_seq_length, or have no sub-token at all,
-are not seen by the model and are predicted 'O'.
+Files hold `WORD POS CHUNK` lines, a blank line between sentences (`-DOCSTART-` skipped, as the
+original's reader does). The original trains on BIOES tags made from the file's BIO chunks;
+'BIO' trains on the file's own. Predictions go back to BIO before scoring. A sentence is
+`[CLS] sub-tokens [SEP]`, each word labelled and predicted at its first sub-token; a word that
+does not fit, or has no sub-token, is predicted 'O'.
 """
 
 import os

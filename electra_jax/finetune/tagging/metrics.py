@@ -1,15 +1,9 @@
 """Chunk-level precision, recall and F1 as conlleval (the CoNLL-2000 shared task's script) counts.
 
-conlleval reads a tag as PREFIX-TYPE (split at the first '-'; 'O' has no type) and decides where
-chunks start and end from each pair of neighbouring tags alone, with no notion of a well-formed
-sequence:
-  * a chunk ends before B after B/I, before O after B/I/E, before E or I after E, and whenever
-    the type changes after a tag that is not O;
-  * a chunk starts at B, at I or E after O, at E or I after E, and wherever the type changes to
-    something that is not O.
-So an I- with no B- before it (after O, or after another type) starts a chunk. Sentences are
-separate: a chunk never runs past the end of one. A predicted chunk is correct when it has the
-gold chunk's first word, last word and type. Accuracy counts words whose whole tag is right.
+conlleval reads a tag as PREFIX-TYPE and finds chunk boundaries from each pair of neighbouring
+tags alone (ends_chunk, starts_chunk), so an I- after O or another type starts a chunk. A chunk
+never runs past its sentence; a predicted one is correct with the gold one's first word, last
+word and type. Accuracy counts words whose whole tag is right.
 """
 
 from collections.abc import Sequence

@@ -1,18 +1,18 @@
 """Fine-tuning on CoNLL-2000 chunking, for several seeds: files -> features -> the loop -> F1.
 
-The loop is finetune/loop.py's, the network tagging/model.py's Tagger. The loss is the
-original's: per sentence, the sum over its words of the cross-entropy of the word's first
-sub-token, averaged over the batch. Per seed, the evaluation file's predicted tags (BIO) are
-scored by conlleval's rules (tagging/metrics.py); DIR gets predictions.txt in conlleval's input
-format (`WORD GOLD PREDICTED`, `conlleval < predictions.txt` gives the same F1) per seed in
-seed_<n>/ and for the median seed (by F1) in DIR itself.
+The loss is the original's: per sentence, the sum over its words of the cross-entropy at the
+word's first sub-token, averaged over the batch. DIR gets predictions.txt in conlleval's input
+format (`conlleval < predictions.txt` gives the same F1), per seed in seed_<n>/ and for the
+median seed (by F1) in DIR.
 """
 
 import dataclasses
 import functools
 import os
+from typing import Any
 
 from absl import logging
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -20,9 +20,8 @@ import optax
 
 from electra_jax.common import run_lock
 from electra_jax.common.errors import UsageError
-from electra_jax.finetune import cpu_threefry, init, loop, optim, settings
+from electra_jax.finetune import init, loop, optim, settings
 from electra_jax.finetune.tagging import data as chunk_data, metrics as chunk_metrics
-from electra_jax.finetune.tagging.model import Tagger
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +35,21 @@ TASK = ChunkTask()
 
 def is_task(name: str) -> bool:
   return name.lower() in ('chunk', 'chunking', 'conll2000')
+
+
+class Tagger(nn.Module):
+  """Per-token label logits [B, L, num_labels]: one dense layer over the sequence output (the
+  original had no dropout of its own before it, only the encoder's)."""
+  config: ml_collections.ConfigDict
+  num_labels: int
+  dtype: Any = jnp.float32
+  attention: str = 'auto'
+
+  @nn.compact
+  def __call__(self, input_ids, segment_ids, deterministic: bool = True):
+    hidden = init.encode(self, input_ids, segment_ids, deterministic)
+    return nn.Dense(self.num_labels, kernel_init=nn.initializers.glorot_uniform(),
+                    dtype=jnp.float32, name='classifier')(hidden)
 
 
 def loss_fn(params, batch, rng, *, model):
@@ -52,7 +66,6 @@ def predict_fn(params, batch, *, model):
 
 
 @run_lock.one_run_per_workdir('fine-tuning run')
-@cpu_threefry.in_line_on_cpu()  # the same dropout masks, for less CPU time
 def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Fine-tunes every seed of `config` on CoNLL-2000; writes DIR/results.json and predictions."""
   if config.tag_encoding not in chunk_data.ENCODINGS:

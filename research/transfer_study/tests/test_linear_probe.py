@@ -40,11 +40,11 @@ def test_features_ignore_padding_and_the_batch_they_are_computed_in():
   # pylint: disable=g-import-not-at-top
   import ml_collections
   from electra_jax.common.config import default_config
-  from electra_jax.finetune import model as model_lib
+  from electra_jax.finetune import init as finetune_init
   from electra_jax.finetune.glue import model as glue_model
   model = ml_collections.ConfigDict({**default_config().model.to_dict(), **TINY})
   classifier = glue_model.Classifier(model, num_outputs=1)
-  params = jax.device_get(model_lib.init_params(classifier, jax.random.PRNGKey(3), 32))
+  params = jax.device_get(finetune_init.init_params(classifier, jax.random.PRNGKey(3), 32))
   rng = np.random.default_rng(2)
   lengths = [3, 16, 9]
   ids = np.zeros((3, 32), np.int32)
