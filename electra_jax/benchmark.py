@@ -2,17 +2,13 @@
 
 python -m electra_jax.benchmark --config=configs/small.py [--config.batch_size=16 ...] --steps=50
 
-The step is the one training runs (`train.compile_steps`: jitted, state donated, batch sharded
-over every device), fed batches shaped like packed examples (see `synthetic_batch`) that are
-placed on the devices before the clock starts. The first step compiles; `--warmup` more run
-untimed; then each of `--steps` steps is timed to completion (`jax.block_until_ready`) and the
-median is reported as one JSON line (`result_record` lists the fields). `--steps` more run as the
-training loop runs them, each dispatched while the device works on the one before, and their mean
-is `pipelined_step_s`: less than the median by the host's work per step where that is hidden.
+The step training runs is fed batches shaped like packed examples, already on the devices. The
+first step compiles; `--warmup` more run untimed; each of `--steps` steps is timed to completion
+and the median is reported as one JSON line. `--steps` more run as training runs them, each
+dispatched while the device works on the one before: their mean is `pipelined_step_s`.
 
-FLOPs are the analytic model FLOPs of `training/flops.py` for the config's objective
-(`--config.objective=mlm` times BERT's masked LM). The peak is the data-sheet bfloat16 peak of
-an accelerator (`flops.PEAK_BF16_FLOPS`), or, on a CPU, the best rate of a large matmul in the
+FLOPs are training/flops.py's analytic model FLOPs for the config's objective. The peak is an
+accelerator's data-sheet bfloat16 peak, or, on a CPU, the best rate of a large matmul in the
 step's dtype, measured in the same process.
 """
 
@@ -27,10 +23,9 @@ import ml_collections
 from ml_collections import config_flags
 import numpy as np
 
-from electra_jax.common import cli
-from electra_jax.training import flops, optim, validation
+from electra_jax.common import cli, config as config_lib
 from electra_jax import objective
-from electra_jax.training import rng as rng_lib, train
+from electra_jax.training import flops, optim, rng as rng_lib, train, validation
 from electra_jax.model.layers import attention_kernel
 
 USAGE = ('python -m electra_jax.benchmark --config=configs/small.py [--config.batch_size=B '
@@ -55,11 +50,8 @@ LATE_WINDOW_SIZE = 100
 
 def synthetic_batch(rng: np.random.Generator, batch_size: int, length: int, vocab_size: int,
                     special: objective.SpecialIds = objective.SpecialIds()) -> dict:
-  """Random tokens packed like real examples: [CLS] A [SEP] B [SEP] and then padding.
-
-  As the packer makes them, 5% of rows are a random shorter length and 10% have no B segment.
-  Only the shapes and the padding matter for speed; the token values are uniform.
-  """
+  """Random tokens packed like real examples: [CLS] A [SEP] B [SEP] and then padding. As the
+  packer makes them, 5% of rows are a random shorter length and 10% have no B segment."""
   lengths = np.where(rng.random(batch_size) < 0.95, length,
                      rng.integers(5, length + 1, batch_size))
   ids = rng.integers(max(special.ids()) + 1, vocab_size, (batch_size, length))
@@ -74,27 +66,21 @@ def synthetic_batch(rng: np.random.Generator, batch_size: int, length: int, voca
   return {'input_ids': ids.astype(np.int32), 'segment_ids': segment_ids.astype(np.int32)}
 
 
-def measured_matmul_peak(size: int, dtype, repeats: int = 5) -> float:
-  """FLOP/s of the fastest of `repeats` [size, size] @ [size, size] products (after a warm-up)."""
-  x = jnp.ones((size, size), dtype)
-  matmul = jax.jit(lambda a: a @ a)
-  jax.block_until_ready(matmul(x))
-  best = float('inf')
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(matmul(x))
-    best = min(best, time.perf_counter() - start)
-  return 2 * size**3 / best
-
-
 def device_peak(dtype, matmul_size: int) -> tuple[float | None, str]:
   """(peak FLOP/s of all devices, where the number comes from)."""
   devices = jax.devices()
   if devices[0].platform == 'cpu':
     # Simulated CPU devices share the host's cores, so the host's rate is the peak of all of them.
-    name = jnp.dtype(dtype).name
-    return (measured_matmul_peak(matmul_size, dtype),
-            f'measured: best {name} {matmul_size}x{matmul_size} matmul in this process')
+    x = jnp.ones((matmul_size, matmul_size), dtype)
+    matmul = jax.jit(lambda a: a @ a)
+    jax.block_until_ready(matmul(x))  # compiles
+    best = float('inf')
+    for _ in range(5):
+      start = time.perf_counter()
+      jax.block_until_ready(matmul(x))
+      best = min(best, time.perf_counter() - start)
+    return (2 * matmul_size**3 / best, f'measured: best {jnp.dtype(dtype).name} '
+            f'{matmul_size}x{matmul_size} matmul in this process')
   peak = flops.table_peak_flops(devices[0].device_kind)
   if peak is None:
     return None, f'unknown device kind {devices[0].device_kind!r}'
@@ -104,26 +90,20 @@ def device_peak(dtype, matmul_size: int) -> tuple[float | None, str]:
 def peak_memory_bytes() -> int | None:
   """The largest peak allocation of any local device, where the backend reports one (not CPU)."""
   peaks = [(d.memory_stats() or {}).get('peak_bytes_in_use') for d in jax.local_devices()]
-  peaks = [p for p in peaks if p is not None]
-  return max(peaks) if peaks else None
+  return max((p for p in peaks if p is not None), default=None)
 
 
 def timing_summary(step_seconds: list[float]) -> dict:
   """Median step time, its spread, and (for long runs) early against late steady-state steps."""
-  summary = {
-      'median_step_s': statistics.median(step_seconds),
-      'min_step_s': min(step_seconds),
-      'max_step_s': max(step_seconds),
-      'steady_state': None,
-  }
+  summary = {'median_step_s': statistics.median(step_seconds), 'min_step_s': min(step_seconds),
+             'max_step_s': max(step_seconds), 'steady_state': None}
   if len(step_seconds) >= 2 * EARLY_WINDOW[1]:
     early = statistics.median(step_seconds[slice(*EARLY_WINDOW)])
     late = statistics.median(step_seconds[-LATE_WINDOW_SIZE:])
     summary['steady_state'] = {
         'early_steps': list(EARLY_WINDOW), 'early_median_s': early,
         'late_steps': [len(step_seconds) - LATE_WINDOW_SIZE, len(step_seconds)],
-        'late_median_s': late, 'late_over_early': late / early,
-    }
+        'late_median_s': late, 'late_over_early': late / early}
   return summary
 
 
@@ -133,35 +113,16 @@ def result_record(*, framework: str, config: ml_collections.ConfigDict, device_k
   """The benchmark's JSON record; the PyTorch peer (benchmarks/hf_peer.py) writes the same one."""
   summary = timing_summary(step_seconds)
   step_flops = flops.train_step_flops(config)
-  achieved = step_flops / summary['median_step_s']
-  tokens = config.batch_size * config.max_seq_length
+  median = summary['median_step_s']
   return {
-      'framework': framework,
-      'objective': config.objective,
-      'device_kind': device_kind,
-      'device_count': device_count,
-      'dtype': config.dtype,
-      'batch_size': config.batch_size,
-      'max_seq_length': config.max_seq_length,
-      'steps': len(step_seconds),
-      **summary,
-      'tokens_per_s': tokens / summary['median_step_s'],
-      'sequences_per_s': config.batch_size / summary['median_step_s'],
-      'model_flops_per_step': step_flops,
-      'achieved_flops_per_s': achieved,
-      'peak_flops_per_s': peak_flops,
-      'peak_source': peak_source,
-      'mfu': achieved / peak_flops if peak_flops else None,
-      **extra,
-  }
-
-
-def attention_used(config: ml_collections.ConfigDict) -> str:
-  """What computes the discriminator's attention in a training step."""
-  if config.model.attention_dropout_rate > 0:
-    return 'einsum (attention dropout is on; the fused kernels have none)'
-  head_dim = config.model.hidden_size // config.model.num_heads
-  return attention_kernel(config.attention, train.DTYPES[config.dtype], head_dim)
+      'framework': framework, 'objective': config.objective, 'device_kind': device_kind,
+      'device_count': device_count, 'dtype': config.dtype, 'batch_size': config.batch_size,
+      'max_seq_length': config.max_seq_length, 'steps': len(step_seconds), **summary,
+      'tokens_per_s': config.batch_size * config.max_seq_length / median,
+      'sequences_per_s': config.batch_size / median,
+      'model_flops_per_step': step_flops, 'achieved_flops_per_s': step_flops / median,
+      'peak_flops_per_s': peak_flops, 'peak_source': peak_source,
+      'mfu': step_flops / median / peak_flops if peak_flops else None, **extra}
 
 
 def run(config: ml_collections.ConfigDict, steps: int, warmup: int = 3,
@@ -207,6 +168,11 @@ def run(config: ml_collections.ConfigDict, steps: int, warmup: int = 3,
 
   peak, peak_source = device_peak(train.DTYPES[config.dtype], matmul_size)
   devices = jax.devices()
+  # What computes the discriminator's attention in a training step.
+  attention = 'einsum (attention dropout is on; the fused kernels have none)'
+  if config.model.attention_dropout_rate == 0:
+    attention = attention_kernel(config.attention, train.DTYPES[config.dtype],
+                                 config.model.hidden_size // config.model.num_heads)
   return result_record(
       framework=f'electra_jax (jax {jax.__version__})', config=config,
       device_kind=devices[0].device_kind, device_count=len(devices), step_seconds=step_seconds,
@@ -214,17 +180,14 @@ def run(config: ml_collections.ConfigDict, steps: int, warmup: int = 3,
       compile_s=compile_seconds, compilations=compilations,
       pipelined_step_s=pipelined_step_seconds,
       pipelined_tokens_per_s=config.batch_size * config.max_seq_length / pipelined_step_seconds,
-      attention=attention_used(config),
-      final_loss=loss)
+      attention=attention, final_loss=loss)
 
 
 def benchmark_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """Checks `config` as training would, except that the benchmark reads no data files."""
-  checked = ml_collections.ConfigDict(config.to_dict())
-  for name in ('sources', 'prepared_dir'):  # the other ways to name training data
-    if name in checked.data:
-      checked.data[name] = ''
-  checked.data.train_files = '(synthetic)'
+  config = config_lib.resolve(config)
+  checked = config.copy_and_resolve_references()
+  checked.data.update(train_files='(synthetic)', sources='', prepared_dir='')  # reads no data
   validation.validate(checked, jax.device_count())
   return config
 

@@ -32,14 +32,9 @@ def load(directory: str) -> dict:
 
 def cells(result: dict) -> dict[str, tuple[float, ...]]:
   """Column -> (score, second metric) x100 of one run (MNLI fills two columns)."""
-  out = {}
-  for split, values in result['median'].items():
-    first = next(iter(values))
-    scores = (values[first],)
-    if result['task'] in SECOND_METRIC:
-      scores += (values[SECOND_METRIC[result['task']]],)
-    out[split] = tuple(100 * s for s in scores)
-  return out
+  second = SECOND_METRIC.get(result['task'])
+  return {split: tuple(100 * values[m] for m in (next(iter(values)), second) if m)
+          for split, values in result['median'].items()}
 
 
 def glue_table(results: list[dict]) -> list[str]:

@@ -19,7 +19,8 @@ from electra_jax.hf import exporting
 
 MODEL = ml_collections.ConfigDict(dict(
     vocab_size=40, embedding_size=8, hidden_size=16, num_layers=1, num_heads=2,
-    intermediate_size=32, generator_hidden_size=0.5, max_position_embeddings=16,
+    intermediate_size=32, generator_hidden_size=0.5, generator_layers=1.0,
+    max_position_embeddings=16,
     type_vocab_size=2, dropout_rate=0.0, attention_dropout_rate=0.0))
 IDS = jnp.array([[2, 7, 9, 11, 3, 0], [2, 5, 6, 8, 13, 3]])
 LABELS = jnp.array([[0., 1., 0., 0., 0., 0.], [0., 0., 1., 0., 1., 0.]])

@@ -1,10 +1,12 @@
-"""config.generator_init: ELECTRA with a frozen pretrained generator (Fast-ELECTRA).
+"""generator_kind='frozen' (config.generator_init): ELECTRA with a frozen pretrained generator
+(Fast-ELECTRA).
 
 A tiny MLM run on WikiText-2 is the generator. An ELECTRA run started from it keeps the
 generator bitwise equal to the MLM's weights, holds no optimizer state for it and trains the
 discriminator. It also resumes exactly after a stop, exports and fine-tunes. A Hugging Face
 ElectraForMaskedLM directory works as the source too, and so does a BertForMaskedLM, whose
-logits under our generator are transformers'. Each misuse is one UsageError.
+logits under our generator are transformers'. The run takes its generator's shape and vocabulary
+from the source, with no sharing flag. Each misuse is one UsageError.
 """
 
 import json
@@ -19,9 +21,9 @@ from electra_jax.common import cli
 from electra_jax.common import config as config_lib
 from electra_jax.common.errors import UsageError
 from electra_jax.data import vocab as vocab_lib
-from electra_jax.hf import exporting, generator_source
+from electra_jax.hf import exporting, importing
 from electra_jax.model import networks
-from electra_jax.training import checkpoint, flops, frozen_generator, train, validation
+from electra_jax.training import checkpoint, flops, generator_modes, train, validation
 
 STEPS = 4
 # Small enough to compile in seconds: a 64-wide, one-head, one-layer network is the MLM and,
@@ -46,8 +48,12 @@ def run_config(corpus, **overrides):
 
 
 def frozen_config(corpus, source, **overrides):
-  return run_config(corpus, generator_init=str(source), embedding_sharing='none',
-                    **{'model.generator_hidden_size': 1.0, **overrides})
+  """generator_init alone: the width, depth and sharing follow from the source."""
+  return run_config(corpus, generator_init=str(source), **overrides)
+
+
+def held(params):
+  return {name: params[name] for name in generator_modes.GENERATOR}
 
 
 def train_run(config, workdir, stop_at=None):
@@ -55,9 +61,9 @@ def train_run(config, workdir, stop_at=None):
   if stop_at is not None:
     with pytest.MonkeyPatch.context() as patch:
       patch.setattr(train, 'preemption_check', lambda manager: lambda step: step == stop_at)
-      cli.run(train.train_and_evaluate, config, str(workdir), generator_source.read)
+      cli.run(train.train_and_evaluate, config, str(workdir), importing.read_generator)
     assert sorted(p.name for p in (workdir / 'checkpoints').iterdir()) == ['2']
-  cli.run(train.train_and_evaluate, config, str(workdir), generator_source.read)
+  cli.run(train.train_and_evaluate, config, str(workdir), importing.read_generator)
   return workdir
 
 
@@ -66,7 +72,7 @@ def params_at(workdir, step=None):
 
 
 def generator_of_mlm(params):
-  return {new: params[old] for old, new in frozen_generator.RENAMED['mlm'].items()}
+  return {new: params[old] for old, new in generator_modes.RENAMED['mlm'].items()}
 
 
 def assert_equal_trees(a, b):
@@ -91,7 +97,7 @@ def test_the_generator_stays_the_mlm_runs_and_only_the_discriminator_trains(mlm_
   source = generator_of_mlm(params_at(mlm_source))
   at_2, at_4 = params_at(frozen_run, 2), params_at(frozen_run, 4)
   for params in (at_2, at_4):
-    assert_equal_trees(frozen_generator.frozen(params), source)
+    assert_equal_trees(held(params), source)
   for name in ('embeddings', 'discriminator', 'discriminator_head'):
     assert any(not np.array_equal(a, b)
                for a, b in zip(jax.tree.leaves(at_2[name]), jax.tree.leaves(at_4[name]))), name
@@ -101,7 +107,7 @@ def test_the_generator_stays_the_mlm_runs_and_only_the_discriminator_trains(mlm_
   manager.close()
   paths = ['/'.join(str(getattr(k, 'key', getattr(k, 'idx', k))) for k in path)
            for path, _ in jax.tree_util.tree_leaves_with_path(opt_state)]
-  assert not [p for p in paths if set(p.split('/')) & set(frozen_generator.GENERATOR)]
+  assert not [p for p in paths if set(p.split('/')) & set(generator_modes.GENERATOR)]
   assert any('/discriminator/' in f'/{p}/' for p in paths)
   # The frozen generator still predicts: its MLM accuracy is logged, and the RTD loss trains.
   lines = [json.loads(l) for l in (frozen_run / 'metrics.jsonl').read_text().splitlines()]
@@ -119,7 +125,7 @@ def test_a_stopped_run_resumes_to_the_params_of_an_uninterrupted_one(
   resumed = train_run(config, tmp_path / 'resumed', stop_at=2)
   final = params_at(resumed)
   assert_equal_trees(final, params_at(uninterrupted))
-  assert_equal_trees(frozen_generator.frozen(final), generator_of_mlm(params_at(mlm_source)))
+  assert_equal_trees(held(final), generator_of_mlm(params_at(mlm_source)))
 
 
 def test_a_hugging_face_generator_loads_and_trains_with_its_vocabulary(mlm_source, tmp_path,
@@ -134,7 +140,7 @@ def test_a_hugging_face_generator_loads_and_trains_with_its_vocabulary(mlm_sourc
   assert saved['data']['vocab_model'] == str(hf_dir / 'vocab.model')
   assert (vocab_lib.vocab_fingerprint(vocab_lib.load_vocab(str(workdir / 'vocab.model'))) ==
           vocab_lib.vocab_fingerprint(vocab_lib.load_vocab(str(mlm_source / 'vocab.model'))))
-  assert_equal_trees(frozen_generator.frozen(params_at(workdir)),
+  assert_equal_trees(held(params_at(workdir)),
                      generator_of_mlm(params_at(mlm_source)))
 
 
@@ -157,7 +163,7 @@ def test_the_run_exports_and_fine_tunes(frozen_run, mlm_source, tmp_path):
                                 mlm['embeddings']['word_embeddings']['embedding'])
   # A discriminator directory is no generator source.
   with pytest.raises(UsageError, match='holds an ElectraForPreTraining'):
-    generator_source.read(str(tmp_path / 'hf' / 'discriminator'), run_config(None).model)
+    importing.read_generator(str(tmp_path / 'hf' / 'discriminator'), run_config(None).model)
 
   # GLUE fine-tuning starts from the discriminator, and runs (a slice of real MRPC).
   glue = tmp_path / 'glue' / 'MRPC'
@@ -183,7 +189,7 @@ def test_flops_count_the_frozen_generators_forward_pass_only():
   generator = sum(counts[part] for part in flops.GENERATOR_PARTS)
   assert 0 < generator < sum(counts.values())
   trained_jointly = flops.train_step_flops(config)
-  config.generator_init = '/some/run'
+  config.update(generator_init='/some/run', generator_kind='frozen')
   assert flops.forward_flops(config) == counts  # the same work forward...
   assert flops.train_step_flops(config) == trained_jointly - 2 * generator  # ...no backward
 
@@ -191,29 +197,26 @@ def test_flops_count_the_frozen_generators_forward_pass_only():
 # ---- refusals ---------------------------------------------------------------------------------
 
 def refusal_config(tmp_path, **overrides):
-  config = run_config(None, generator_init=str(tmp_path), embedding_sharing='none',
-                      **{'data.train_files': 'x.txt'})
+  config = run_config(None, generator_init=str(tmp_path), **{'data.train_files': 'x.txt'})
   config.update(overrides)
-  return config
+  return config_lib.resolve(config)
 
 
-@pytest.mark.parametrize('sharing, why', [
-    ('shared', 'both networks read one embedding block'),
-    ('gdes', "the discriminator's word table is the generator's plus a delta"),
-    ('all', 'the two networks share their encoder and embeddings')])
-def test_sharing_modes_that_tie_the_discriminator_to_the_generator_are_refused(tmp_path, sharing,
-                                                                               why):
-  config = refusal_config(tmp_path, embedding_sharing=sharing)
-  with pytest.raises(UsageError, match=f"needs --config.embedding_sharing=none, not '{sharing}': "
-                                       f'under .{sharing}. {why}'):
-    validation.validate(config, 1)
+def test_a_frozen_generator_needs_no_sharing_flag_and_refuses_a_tied_one(tmp_path):
+  config = refusal_config(tmp_path)
+  assert (config.generator_kind, config.embedding_sharing) == ('frozen', 'none')
+  validation.validate(config, 1)
+  for sharing in ('gdes', 'all'):
+    with pytest.raises(UsageError, match=f"embedding_sharing='{sharing}' ties generator weights "
+                                         'to the discriminator.s, and a frozen generator owns'):
+      refusal_config(tmp_path, embedding_sharing=sharing)
 
 
 @pytest.mark.parametrize('overrides, message', [
-    ({'two_stage_steps': 2}, 'is never trained, and config.two_stage_steps=2 trains the generator'),
-    ({'objective': 'mlm', 'embedding_sharing': 'shared'},
-     "replaces the generator of objectives electra and electra_15, not 'mlm'"),
-    ({'generator_kind': 'unigram'}, "generator_kind='unigram' has none"),
+    ({'two_stage_steps': 2}, "two_stage_steps=2 with generator_kind='frozen'"),
+    ({'objective': 'mlm'}, "generator_kind='frozen' applies to objective electra or electra_15, "
+                           "not 'mlm'"),
+    ({'generator_kind': 'unigram'}, "generator_init='.*' with generator_kind='unigram'"),
 ])
 def test_settings_without_a_generator_to_freeze_are_refused(tmp_path, overrides, message):
   with pytest.raises(UsageError, match=message):
@@ -242,20 +245,28 @@ def test_a_generator_of_another_vocabulary_is_refused_before_anything_is_written
   assert not written & {'config.json', 'vocab.model', 'vocab.txt', 'data', 'checkpoints'}, written
 
 
-def test_a_generator_of_another_shape_is_refused_naming_the_fix(mlm_source, corpus, tmp_path):
-  config = frozen_config(corpus, mlm_source, **{'model.generator_hidden_size': 0.5})
-  with pytest.raises(UsageError) as refused:
-    train.train_and_evaluate(config, str(tmp_path / 'run'))
-  assert str(refused.value) == (
-      f"config.generator_init: the mlm run in '{mlm_source}' (step 2) does not fit this run's "
-      "generator: width 64 (the run's generator: 32), ffn 256 (the run's generator: 128); set "
-      '--config.model.generator_hidden_size=64')
-  assert not (tmp_path / 'run' / 'config.json').exists()
-  # A source that no generator setting can hold (heads other than width // 64) says so.
-  source = frozen_generator.Source({}, frozen_generator.Shape(64, 2, 256, 1, 64, 1000, 512, 2),
-                                   'a source')
+def test_the_run_takes_its_generators_shape_from_the_source(mlm_source, tmp_path):
+  config = frozen_config(None, mlm_source, **{'model.generator_hidden_size': 0.5,
+                                              'model.vocab_size': 77})
+  fitted = generator_modes.fitted(config_lib.resolve(config))
+  m = fitted.model
+  assert (networks.generator_width(m), networks.generator_depth(m), m.vocab_size) == (64, 1, 1000)
+  assert fitted.data.vocab_model == str(mlm_source / 'vocab.model')
+  # A source that no generator setting can hold (heads other than width // 64) says so, and one
+  # of another embedding width names the flag.
+  source = tmp_path / 'bert'
+  source.mkdir()
+  bert = dict(model_type='bert', hidden_size=64, num_attention_heads=2, intermediate_size=256,
+              num_hidden_layers=1, vocab_size=1000, max_position_embeddings=512,
+              type_vocab_size=2)
+  (source / 'config.json').write_text(json.dumps(bert))
   with pytest.raises(UsageError, match='heads 2 .*no setting holds 2 heads'):
-    frozen_generator.check_fits(source, config, {})
+    generator_modes.fitted(config_lib.resolve(frozen_config(None, source)))
+  (source / 'config.json').write_text(json.dumps({**bert, 'num_attention_heads': 1}))
+  with pytest.raises(UsageError, match=' embedding_size 64 .*; set --config.model.embedding_size'
+                                       '=64$'):
+    generator_modes.fitted(config_lib.resolve(frozen_config(
+        None, source, **{'model.embedding_size': 32})))
 
 
 def test_a_changed_generator_init_is_refused_on_resume(frozen_run, mlm_source):
@@ -316,13 +327,13 @@ def test_a_bert_masked_lm_predicts_under_our_generator_what_it_does_in_transform
     bert_dir, corpus, wikitext):
   torch = pytest.importorskip('torch')
   transformers = pytest.importorskip('transformers')
-  config = frozen_config(corpus, bert_dir)
-  source = generator_source.read(str(bert_dir), config.model)
+  config = generator_modes.fitted(config_lib.resolve(frozen_config(corpus, bert_dir)))
+  source = importing.read_generator(str(bert_dir), config.model)
   assert source.name == f"the BertForMaskedLM in '{bert_dir}'"
   model = networks.Electra(config.model, embedding_sharing='none')
   params = networks.init_params(model, jax.random.PRNGKey(0), 32)
-  frozen_generator.check_fits(source, config, params)
-  params = frozen_generator.merge(frozen_generator.trainable(params), source.params)
+  generator_modes.check_fits(source, params)
+  params = {**generator_modes.trainable(params), **source.params}
   ids, segments, positions = masked_wikitext(corpus / 'vocab.model', wikitext)
   ours = np.asarray(model.apply({'params': params}, ids, segments, positions,
                                 method=networks.Electra.generate))
@@ -335,20 +346,15 @@ def test_a_bert_masked_lm_predicts_under_our_generator_what_it_does_in_transform
   print(f'max |ours - transformers| over {theirs.size} logits: {np.abs(ours - theirs).max():.2e}')
   np.testing.assert_allclose(ours, theirs, rtol=0, atol=LOGITS_ATOL)
   assert np.abs(theirs).max() > 1 and (ours.argmax(-1) == theirs.argmax(-1)).all()
-  # A run whose generator has another shape is told the flags that give it BERT's.
-  other = run_config(None, **{'model.embedding_size': 32})
-  with pytest.raises(UsageError, match=' embedding_size 64 .*; set --config.model.generator_'
-                                       'hidden_size=64 --config.model.embedding_size=64$'):
-    frozen_generator.check_fits(source, other, {})
 
 
 def test_a_bert_generator_stays_bitwise_what_was_loaded_while_the_discriminator_trains(
     bert_dir, corpus, tmp_path):
   workdir = train_run(frozen_config(corpus, bert_dir), tmp_path / 'run')
   at_2, at_4 = params_at(workdir, 2), params_at(workdir, 4)
-  loaded = generator_source.read(str(bert_dir), run_config(None).model).params
+  loaded = importing.read_generator(str(bert_dir), run_config(None).model).params
   for params in (at_2, at_4):
-    assert_equal_trees(frozen_generator.frozen(params), loaded)
+    assert_equal_trees(held(params), loaded)
   assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(at_2['discriminator']),
                                                       jax.tree.leaves(at_4['discriminator'])))
   last = json.loads((workdir / 'metrics.jsonl').read_text().splitlines()[-1])
@@ -370,5 +376,5 @@ def test_a_bert_without_a_masked_lm_head_or_of_another_activation_is_refused(
   transformers = pytest.importorskip('transformers')
   getattr(transformers, architecture)(bert_config(**overrides)).save_pretrained(tmp_path)
   with pytest.raises(UsageError) as refused:
-    generator_source.read(str(tmp_path), run_config(None).model)
+    importing.read_generator(str(tmp_path), run_config(None).model)
   assert str(refused.value) == message.format(dir=tmp_path)

@@ -1,9 +1,9 @@
-"""The warning for a discriminator at chance (electra_jax/training/health.py)."""
+"""The warning for a discriminator at chance (electra_jax/training/report.py)."""
 
 import math
 
 from electra_jax.common import config as config_lib
-from electra_jax.training import health
+from electra_jax.training import report as health
 
 # The held-out metrics of a real stalled run: 4 x 256, generator 64 at temperature 1, step 3,000.
 STALLED = {'loss': 25.1692, 'mlm_loss': 6.2344, 'disc_loss': 0.3787, 'mlm_accuracy': 0.1909,

@@ -251,7 +251,7 @@ def test_rtd_gradient_never_reaches_the_generator(tiny_model):
 def test_loss_is_weighted_sum_and_metrics_are_rates(tiny_model):
   config, model, params, batch = tiny_model
   loss, stats = jax.jit(lambda p: objective.loss(
-      model.apply, p, batch, jax.random.PRNGKey(4), config))(params)
+      model.apply, p, batch, jax.random.PRNGKey(4), config, auc=True))(params)
   np.testing.assert_allclose(loss, stats['mlm_loss'] + 50.0 * stats['disc_loss'], rtol=1e-6)
   metrics = objective.summarize(jax.device_get(stats), 1)
   for name in ('mlm_accuracy', 'sampled_accuracy', 'disc_accuracy', 'disc_precision',

@@ -8,7 +8,7 @@ alone: which positions count, what the discriminator-sized network reads, and th
 
 import jax
 import jax.numpy as jnp
-import ml_collections
+from electra_jax.common import config as config_lib
 import numpy as np
 import pytest
 
@@ -34,9 +34,10 @@ TOLERANCE = dict(rtol=1e-6, atol=1e-6)  # float32 objective vs float64 formula
 
 
 def config_for(name):
-  return ml_collections.ConfigDict(dict(objective=name, temperature=1.0, sampler='categorical',
-                                        gen_weight=0.7, disc_weight=50.0, copy_weight=0.5,
-                                        mask_prob=0.15))
+  config = config_lib.default_config()
+  config.update(objective=name, temperature=1.0, sampler='categorical', gen_weight=0.7,
+                disc_weight=50.0, copy_weight=0.5, mask_prob=0.15)
+  return config
 
 
 def fixed_batch():

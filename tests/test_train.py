@@ -1,5 +1,7 @@
 """The compiled train step on a device mesh: data parallelism must not change the math."""
 
+import re
+
 import jax
 import numpy as np
 import pytest
@@ -188,8 +190,8 @@ def test_temperatures_that_cannot_be_sampled_at_are_refused():
   config.data.train_files = 'x.txt'
   config.temperature_start = 2.0
   validation.validate(config, 1)
-  for fields, message in (({'temperature': 0.0}, 'temperature=0.0: .* must be > 0'),
-                          ({'temperature_start': -1.0}, 'temperature_start=-1.0: use 0'),
+  for fields, message in (({'temperature': 0.0}, r'temperature=0.0: use a value in \(0, inf\)'),
+                          ({'temperature_start': -1.0}, r'temperature_start=-1.0: use a value in'),
                           ({'objective': 'mlm'}, "this run has none \\(objective 'mlm'"),
                           ({'generator_kind': 'unigram'}, "generator_kind 'unigram'")):
     changed = config.copy_and_resolve_references()
@@ -273,3 +275,79 @@ def test_checkpoint_saved_on_4_devices_restores_on_2_and_1(tmp_path):
     assert restored.params['embeddings']['layer_norm']['scale'].sharding.num_devices == num_devices
     np.testing.assert_allclose(run(restored, step, batch_sharding, 2), expected, rtol=1e-5)
   manager.close()
+
+
+def rebuilt_auc(model, params, batch, key, config, micro_batch=0):
+  """batch_auc of the discriminator scores a train step with `key` computes, rebuilt by hand:
+  the step's draw at its scheduled temperature, micro-batch `micro_batch` of grad_accum_steps
+  (rows i, i + k, ...; dropout key fold_in(key, i))."""
+  from electra_jax import objective  # pylint: disable=g-import-not-at-top
+  from electra_jax.objective import electra  # pylint: disable=g-import-not-at-top
+  special, batch = train.special_ids(config), jax.tree.map(jax.numpy.asarray, batch)
+  prepared, dropout_rng = objective.draw(rng_lib.as_key(config, key), batch['input_ids'], config,
+                                         special)
+  prepared = prepared._replace(temperature=masking.scheduled_temperature(config, 0))
+  k = config.grad_accum_steps
+  if k > 1:
+    rows = lambda x: None if x is None or x.ndim == 0 else x[micro_batch::k]
+    batch = {name: x[micro_batch::k] for name, x in batch.items()}
+    prepared = prepared._replace(masked=jax.tree.map(rows, prepared.masked),
+                                 sample_keys=prepared.sample_keys[micro_batch::k])
+    dropout_rng = jax.random.fold_in(dropout_rng, micro_batch)
+  *_, disc_logits, labels = electra.generate_and_discriminate(
+      model.apply, params, batch, prepared, dropout_rng, config, True)
+  return float(electra.batch_auc(disc_logits, labels, (batch['input_ids'] != 0).astype(np.float32)))
+
+
+@pytest.mark.parametrize('grad_accum_steps', [1, 2])
+def test_the_logged_auc_is_the_exact_auc_of_the_steps_own_scores(grad_accum_steps):
+  """The train step sorts no scores and returns no AUC; the loop's probe, given the step's state,
+  batch and key, gives the exact AUC of the very scores the step computes (masks, samples at the
+  scheduled temperature, dropout, micro-batches), and the step's other statistics alike."""
+  config = small_config(temperature_start=3.0, grad_accum_steps=grad_accum_steps)
+  mesh = train.make_mesh(jax.devices()[:1])
+  model, optimizer = train.make_model(config), optim.make_optimizer(config)
+  step, _, replicated, batch_sharding = train.compile_steps(config, model, optimizer, mesh)
+  special = train.special_ids(config)
+  probe = train.compile_auc_probe(config, model, mesh, special)
+  state = train.create_train_state(config, model, optimizer, replicated)
+  batch = {k: jax.device_put(v, batch_sharding) for k, v in random_batches(1, 8)[0].items()}
+  key = rng_lib.step_key(config, state.rng, 0)
+  logged = jax.device_get(probe(state, batch, key))
+  forward = jax.device_get(jax.jit(lambda *args: train.forward_stats(
+      *args, model=model, config=config, special=special))(state, batch, key))
+  rebuilt = [rebuilt_auc(model, state.params, batch, key, config, i)
+             for i in range(grad_accum_steps)]
+  assert logged['auc_batches'] == grad_accum_steps and 0.0 < logged['disc_auc'] < grad_accum_steps
+  np.testing.assert_allclose(logged['disc_auc'], sum(rebuilt), atol=1e-6)
+  _, stats = jax.device_get(step(state, batch, key))
+  assert 'disc_auc' not in stats and 'auc_batches' not in stats
+  for name, value in stats.items():
+    if name != 'nonfinite':
+      np.testing.assert_allclose(forward[name], value, rtol=1e-5, err_msg=name)
+  assert train.compile_auc_probe(small_config(objective='mlm'), model, mesh, special) is None
+
+
+def sorted_types(lowered_text: str) -> list[str]:
+  """The operand types of every sort in a lowered program (StableHLO text)."""
+  return re.findall(r'"stablehlo\.sort"\(.*?\}\) : \(([^)]*)\)', lowered_text, re.DOTALL)
+
+
+def test_the_train_step_sorts_no_token_scores_and_evaluation_does():
+  """The AUC's sort of all B x L scores (on a slice, the step's one all-gather) is evaluation's
+  and the logged steps' probe's, never the train step's."""
+  config = load_config('tiny')
+  mesh = train.make_mesh(jax.devices()[:1])
+  model, optimizer = train.make_model(config), optim.make_optimizer(config)
+  step, evaluate, replicated, batch_sharding = train.compile_steps(config, model, optimizer, mesh)
+  state = train.abstract_train_state(config, model, optimizer, replicated)
+  batch = {k: jax.ShapeDtypeStruct((config.batch_size, config.max_seq_length), np.int32,
+                                   sharding=batch_sharding) for k in ('input_ids', 'segment_ids')}
+  key = jax.ShapeDtypeStruct(state.rng.shape, state.rng.dtype, sharding=replicated)
+  scores = f'tensor<{config.batch_size * config.max_seq_length}xf32>'
+  in_step = sorted_types(step.lower(state, batch, key).as_text())
+  assert not any('f32' in types for types in in_step), in_step  # (nonfinite's flags are i1)
+  assert any(scores in types for types in sorted_types(
+      evaluate.lower(state.params, batch, key).as_text()))
+  probe = train.compile_auc_probe(config, model, mesh, train.special_ids(config))
+  assert any(scores in types for types in sorted_types(probe.lower(state, batch, key).as_text()))

@@ -1,4 +1,4 @@
-"""config.two_stage_steps: the paper's two-stage training (section 3.2), through `main`.
+"""generator_kind='two_stage': the paper's two-stage training (section 3.2), through `main`.
 
 Steps 0-2 train the generator alone; step 3 initialises the discriminator from the generator's
 weights and from then on trains it alone, the generator frozen bitwise. Checked on the
@@ -13,9 +13,11 @@ from electra_jax.common import config as config_lib
 from electra_jax.training import validation
 from electra_jax.common.errors import UsageError
 from electra_jax.hf import exporting
-from electra_jax.training import two_stage
+from electra_jax.training import generator_modes
 
 N = 3  # generator steps
+GENERATOR = generator_modes.GENERATOR
+DISCRIMINATOR = ('embeddings', 'discriminator', 'discriminator_head')
 
 
 @pytest.fixture(scope='module')
@@ -41,8 +43,8 @@ def equal(a, b) -> bool:
 def test_stage_one_trains_the_generator_alone(checkpoints):
   for step in (1, 2):
     before, after = checkpoints[step], checkpoints[step + 1]
-    assert not equal(network(before, two_stage.GENERATOR), network(after, two_stage.GENERATOR))
-    assert equal(network(before, two_stage.DISCRIMINATOR), network(after, two_stage.DISCRIMINATOR))
+    assert not equal(network(before, GENERATOR), network(after, GENERATOR))
+    assert equal(network(before, DISCRIMINATOR), network(after, DISCRIMINATOR))
 
 
 def test_stage_two_starts_the_discriminator_from_the_generator_and_freezes_the_generator(
@@ -50,13 +52,13 @@ def test_stage_two_starts_the_discriminator_from_the_generator_and_freezes_the_g
   at_switch = checkpoints[N]
   # The generator never changes again, bitwise.
   for step in range(N + 1, 7):
-    assert equal(network(checkpoints[step], two_stage.GENERATOR),
-                 network(at_switch, two_stage.GENERATOR)), step
+    assert equal(network(checkpoints[step], GENERATOR),
+                 network(at_switch, GENERATOR)), step
   # One update after the copy, the discriminator sits one small step from the generator's
   # weights, far from its own before. One step of Adam without bias correction moves an element
   # by at most ~3.2 x lr (plus weight decay), ~5e-4 here; an untouched discriminator is ~0.08
   # away, so the 2% bound separates the two by a wide margin on both sides.
-  for target, source in two_stage.INITIALISED_FROM.items():
+  for target, source in generator_modes.INITIALISED_FROM.items():
     moved = jax.tree.leaves(checkpoints[N + 1][target])
     copied = jax.tree.leaves(at_switch[source])
     own = jax.tree.leaves(at_switch[target])
@@ -65,23 +67,29 @@ def test_stage_two_starts_the_discriminator_from_the_generator_and_freezes_the_g
     assert 0 < from_copy < 0.02 * from_own, (target, from_copy, from_own)
   # And keeps training.
   for step in range(N + 1, 6):
-    assert not equal(network(checkpoints[step], two_stage.DISCRIMINATOR),
-                     network(checkpoints[step + 1], two_stage.DISCRIMINATOR))
+    assert not equal(network(checkpoints[step], DISCRIMINATOR),
+                     network(checkpoints[step + 1], DISCRIMINATOR))
 
 
-def test_two_stage_needs_its_own_weights_per_network_and_both_stages():
+def test_two_stage_needs_a_discriminator_sized_generator_and_both_stages():
+  """two_stage_steps alone selects the mode, whose generator owns its weights: no sharing flag."""
   config = config_lib.default_config()
   config.data.train_files = 'x.txt'
   config.update(two_stage_steps=5, num_train_steps=10)
-  with pytest.raises(UsageError, match="two_stage_steps=5.*--config.objective=electra.*"
-                                       "--config.embedding_sharing=none \\(not 'shared'\\)"):
-    validation.validate(config, 1)
-  config.embedding_sharing = 'none'
+  config = config_lib.resolve(config)
+  assert (config.generator_kind, config.embedding_sharing) == ('two_stage', 'none')
   with pytest.raises(UsageError, match="two_stage_steps=5 initialises the discriminator with the "
                                        "generator's weights.*generator_hidden_size=1.0"):
     validation.validate(config, 1)
   config.model.generator_hidden_size = 1.0
   validation.validate(config, 1)
   config.two_stage_steps = 10
-  with pytest.raises(UsageError, match='must be between 0 and num_train_steps=10'):
+  with pytest.raises(UsageError, match='must be below num_train_steps=10'):
     validation.validate(config, 1)
+  config.update(two_stage_steps=5, objective='mlm')
+  with pytest.raises(UsageError, match="generator_kind='two_stage' applies to objective electra, "
+                                       "not 'mlm'"):
+    validation.validate(config, 1)
+  config.update(objective='electra', embedding_sharing='gdes', generator_kind='joint')
+  with pytest.raises(UsageError, match="embedding_sharing='gdes' ties generator weights"):
+    config_lib.resolve(config)

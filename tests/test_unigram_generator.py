@@ -98,9 +98,11 @@ def test_no_generator_network_and_its_flops():
 
 
 @pytest.mark.parametrize('setting, message', [
-    ({'objective': 'mlm'}, "needs --config.objective=electra \\(not 'mlm'\\)"),
-    ({'embedding_sharing': 'none'}, "embedding_sharing=shared \\(not 'none'\\)"),
-    ({'generator_kind': 'bigram'}, "generator_kind='bigram': use one of mlm, unigram"),
+    ({'objective': 'mlm'}, "generator_kind='unigram' applies to objective electra, not 'mlm'"),
+    ({'embedding_sharing': 'none'}, "no generator network to share with; leave "
+                                    "embedding_sharing unset, not 'none'"),
+    ({'generator_kind': 'bigram'}, "generator_kind='bigram': use one of joint, two_stage, frozen, "
+                                   'unigram'),
 ])
 def test_settings_that_need_a_generator_network_are_refused(setting, message):
   config = config_lib.default_config()

@@ -98,19 +98,22 @@ def test_a_run_of_no_steps_is_refused_rather_than_done(steps, tmp_path):
 def test_every_count_and_size_must_be_positive_and_is_refused_before_other_checks():
   """Before the checks that divide by them (hidden_size % num_heads), each in one line."""
   # pylint: disable=g-import-not-at-top
-  from electra_jax.common import bounds, config as config_lib
+  from electra_jax.common import config as config_lib
   from electra_jax.training import validation
   config = config_lib.default_config()
   config.data.train_files = 'x.txt'
-  for name, interval in bounds.PRETRAINING_COUNTS.items():
+  counts = {name: field.allowed for name, field in config_lib.FIELDS.items()
+            if field.allowed in ('[1, inf)', '(0, inf)', '[0, inf)')}
+  assert {'batch_size', 'model.hidden_size', 'model.generator_layers', 'eval_every'} <= set(counts)
+  for name, interval in counts.items():
     low = 0 if interval.startswith('[0') else 1
     edge = config.copy_and_resolve_references()
     edge.update_from_flattened_dict({name: low if interval[0] == '[' else 0.5})
-    bounds.check(edge, bounds.PRETRAINING_COUNTS)  # the edge itself is allowed
+    config_lib.check_allowed(edge, counts)  # the edge itself is allowed
     for value in (low - 1, -5) if interval[0] == '[' else (0.0, -5.0):
       refused = config.copy_and_resolve_references()
       refused.update_from_flattened_dict({name: value})
-      with pytest.raises(UsageError, match=rf'^config\.{name}={value}: use a value in '
+      with pytest.raises(UsageError, match=rf'^config\.{name}={value}(\.0)?: use a value in '
                                            rf'{re.escape(interval)}$'):
         validation.validate(refused, 1)
 

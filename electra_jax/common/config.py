@@ -10,6 +10,7 @@ import difflib
 import importlib.util
 import json
 import os
+from typing import Any, NamedTuple
 
 import ml_collections
 from ml_collections import config_dict
@@ -18,89 +19,147 @@ from electra_jax.common import storage
 from electra_jax.common.errors import UsageError
 
 
+class Field(NamedTuple):
+  """One config field: its default, what it means, and the values it may take."""
+  default: Any
+  meaning: str
+  # An interval as the error message reads it ('[0, 1)', '(0, inf)'), or the choices; '': any.
+  allowed: str | tuple[str, ...] = ''
+
+
+COUNT, SIZE, RATE, SHARE = '[1, inf)', '(0, inf)', '[0, inf)', '[0, 1)'
+
+# Every field of the pretraining config, by dotted name. configs/*.py start from these and
+# change what their model size needs; `--config.<field>=<value>` overrides any of them.
+FIELDS = {
+    'seed': Field(0, 'seeds parameters, data order, masks and samples'),
+    'rng_impl': Field('threefry2x32', "random bits: 'threefry2x32' (the same run on any device "
+                      "count), 'rbg' or 'unsafe_rbg' (TPUs)", ('threefry2x32', 'rbg', 'unsafe_rbg')),
+    'batch_size': Field(128, 'global batch (sequences per step, summed over all devices)', COUNT),
+    'max_seq_length': Field(128, 'tokens per example, [CLS]/[SEP] included', COUNT),
+    'num_train_steps': Field(1_000_000, 'steps to train', COUNT),
+    'dtype': Field('float32', 'computation dtype (parameters stay float32)',
+                   ('float32', 'bfloat16')),
+    'grad_accum_steps': Field(1, 'memory: each batch as this many micro-batches (gradients '
+                              'summed)', COUNT),
+    'remat': Field(False, "memory: recompute each layer's activations in the backward pass"),
+    'attention': Field('auto', "kernel without attention dropout: 'auto' (TPU: 'pallas', GPU: "
+                       "'cudnn'), 'xla', 'einsum'", ('auto', 'xla', 'cudnn', 'pallas', 'einsum')),
+
+    'objective': Field('electra', "'electra', 'mlm' (BERT's baseline) or an ablation: "
+                       "'electra_15', 'replace_mlm', 'all_tokens_mlm', 'electric'",
+                       ('electra', 'mlm', 'electra_15', 'replace_mlm', 'all_tokens_mlm',
+                        'electric')),
+    'mask_prob': Field(0.15, 'share of tokens to predict (0.25 for large)', '(0, 1)'),
+    'masking': Field('token', "what is selected: 'token' (the paper's), 'whole_word' or 'span'",
+                     ('token', 'whole_word', 'span')),
+    # How the generator is made and trained, and what each mode needs beside it.
+    'generator_kind': Field(
+        'joint', "'joint' (the paper's: trained with the discriminator), 'two_stage' (alone "
+        "first, for two_stage_steps), 'frozen' (a pretrained masked LM, generator_init) or "
+        "'unigram' (no network: the data's unigram distribution)",
+        ('joint', 'two_stage', 'frozen', 'unigram')),
+    'two_stage_steps': Field(0, "two_stage: the generator's steps alone, before the "
+                             'discriminator starts from its weights', RATE),
+    'generator_init': Field('', 'frozen: an MLM or ELECTRA run\'s workdir, or a Hugging Face '
+                            'ElectraForMaskedLM or BertForMaskedLM directory; its shape and '
+                            'vocabulary are the run\'s generator\'s'),
+    'temperature': Field(1.0, 'replacements are sampled from softmax(logits / temperature)',
+                         SIZE),
+    'temperature_start': Field(0.0, '> 0: sample at this at step 0, moving linearly to '
+                               '`temperature` (Fast-ELECTRA\'s annealing)', RATE),
+    'sampler': Field('categorical', "or 'inverse_cdf': the same distribution, faster on a CPU",
+                     ('categorical', 'inverse_cdf')),
+    'gen_weight': Field(1.0, 'loss = gen_weight * MLM + disc_weight * RTD', RATE),
+    'disc_weight': Field(50.0, 'ELECTRA and electra_15 (the MLM ablations weigh their MLM 1.0)',
+                         RATE),
+    'copy_weight': Field(1.0, "all_tokens_mlm: weight of the copy probability's own loss"),
+    'embedding_sharing': Field(
+        'shared', "joint: 'shared' (the paper's), 'none', 'all' or 'gdes' (DeBERTa-v3's); the "
+        "other modes own their generator's weights ('none')", ('shared', 'gdes', 'none', 'all')),
+
+    'learning_rate': Field(5e-4, 'AdamW as the original: peak of warmup x linear decay from '
+                           'step 0', SIZE),
+    'warmup_steps': Field(10_000, 'steps of linear warmup', RATE),
+    'weight_decay': Field(0.01, 'decoupled; not applied to LayerNorm parameters or biases', RATE),
+    'embedding_weight_decay': Field(None, "the embeddings' rate; None: weight_decay", RATE),
+    'adam_b1': Field(0.9, "Adam's first-moment decay", SHARE),
+    'adam_b2': Field(0.999, "Adam's second-moment decay", SHARE),
+    'adam_eps': Field(1e-6, "Adam's epsilon", RATE),
+    'adam_bias_correction': Field(False, "False reproduces the original's Adam exactly"),
+    'max_grad_norm': Field(1.0, 'global-norm gradient clipping', SIZE),
+
+    'log_every': Field(100, 'logging, evaluation and checkpoints count in steps', COUNT),
+    'eval_every': Field(1000, '0 disables evaluation', RATE),
+    'eval_steps': Field(10, 'batches of data.eval_files per evaluation', COUNT),
+    'save_every': Field(5000, 'steps between checkpoints', COUNT),
+    'keep_checkpoints': Field(3, 'the most recent N checkpoints are kept', COUNT),
+    'checkpoint_fallback': Field(False, 'True: move a damaged latest checkpoint aside and resume '
+                                 'before it'),
+    'compilation_cache_dir': Field('', "'' = $JAX_COMPILATION_CACHE_DIR or "
+                                   '<workdir>/compilation_cache'),
+    'stall_check_after': Field(1000, "from this step, warn if the discriminator's AUC is < "
+                               '0.55; 0 = off', RATE),
+    'on_nonfinite': Field('stop', "a NaN/Inf step is never applied; 'stop' the run or 'skip' "
+                          'the batch', ('stop', 'skip')),
+    'max_consecutive_skips': Field(10, "'skip': stop after this many non-finite steps in a row",
+                                   COUNT),
+
+    'model.vocab_size': Field(30522, "must equal the vocabulary's size (trained or given)",
+                              COUNT),
+    'model.embedding_size': Field(128, 'E: width of the shared embedding block', COUNT),
+    'model.hidden_size': Field(256, 'H: discriminator width', COUNT),
+    'model.num_layers': Field(12, "the discriminator's (and by default the generator's) depth",
+                              COUNT),
+    'model.num_heads': Field(4, 'attention heads of the discriminator', COUNT),
+    'model.intermediate_size': Field(1024, "the discriminator's FFN width", COUNT),
+    'model.generator_hidden_size': Field(0.25, 'fraction of hidden_size (or a width if > 1)',
+                                         SIZE),
+    'model.generator_layers': Field(1.0, 'fraction of num_layers (or a count if > 1); 1.0 in the '
+                                    'paper', SIZE),
+    'model.max_position_embeddings': Field(512, 'longest sequence the position table holds',
+                                           COUNT),
+    'model.type_vocab_size': Field(2, 'segment (token type) ids', COUNT),
+    'model.dropout_rate': Field(0.1, 'hidden dropout', SHARE),
+    'model.attention_dropout_rate': Field(0.1, 'attention-probability dropout', SHARE),
+
+    'data.train_files': Field('', 'comma-separated paths or globs of UTF-8 text files'),
+    'data.eval_files': Field('', "same, for evaluation ('' = no evaluation)"),
+    'data.sources': Field('', "instead of train_files: 'tfds:NAME[/CONFIG][:SPLIT[:FEATURE]]' or "
+                          "file globs; '@WEIGHT' mixes"),
+    'data.eval_sources': Field('', 'same, for evaluation, instead of eval_files'),
+    'data.tfds_data_dir': Field('', "TFDS data_dir (local or gs://); '' = TFDS's default"),
+    'data.text_field': Field('text', 'the field of each .jsonl record that holds the document'),
+    'data.text_format': Field('auto', "'lines', 'gutenberg', 'wikiextractor', 'wikitext'; 'auto' "
+                              'per file'),
+    'data.packing': Field('auto', "'original' (what does not fit is dropped), 'fill' or 'auto'"),
+    'data.prepared_dir': Field('', "the output of `python -m electra_jax.prepare`; '' = into "
+                               'local_dir'),
+    'data.local_dir': Field('', "local disk for prepared data; '' = <workdir>/data (gs://: a "
+                            'cache)'),
+    'data.prepare_workers': Field(0, 'processes that prepare data; 0 = one per CPU core', RATE),
+    'data.prefetch_batches': Field(2, 'batches made ahead in a background thread (0 = none)',
+                                   RATE),
+    'data.vocab_model': Field('', "a sentencepiece .model or WordPiece vocab.txt; '' = train one"),
+    'data.vocab_sample_sentences': Field(1_000_000, 'lines sampled to train the vocabulary',
+                                         COUNT),
+    'data.vocab_lowercase': Field(False, "train an uncased vocabulary (ELECTRA's and BERT's are "
+                                  'uncased)'),
+}
+
+
 def default_config() -> ml_collections.ConfigDict:
+  """FIELDS as a config: every field at its default."""
   c = ml_collections.ConfigDict()
-  c.seed = 0                   # seeds parameters, data order, masks and samples
-  # Random bits: 'threefry2x32' (the same run on any device count), 'rbg' or 'unsafe_rbg' (TPUs).
-  c.rng_impl = 'threefry2x32'
-  c.batch_size = 128           # global batch (sequences per step, summed over all devices)
-  c.max_seq_length = 128       # tokens per example, [CLS]/[SEP] included
-  c.num_train_steps = 1_000_000
-  c.dtype = 'float32'          # computation dtype: 'float32' or 'bfloat16' (parameters stay float32)
-  c.grad_accum_steps = 1       # memory: each batch as this many micro-batches (gradients summed)
-  c.remat = False              # memory: recompute each layer's activations in the backward pass
-  # Kernel without attention dropout: 'auto' (TPU: 'pallas', GPU: 'cudnn'), 'xla', 'einsum'.
-  c.attention = 'auto'
-
-  # 'electra', 'mlm' (BERT's baseline) or an ablation: 'electra_15', 'replace_mlm', 'all_tokens_mlm'
-  c.objective = 'electra'
-  c.mask_prob = 0.15           # share of tokens to predict (0.25 for large)
-  c.masking = 'token'          # what is selected: 'token' (the paper's), 'whole_word' or 'span'
-  c.temperature = 1.0          # replacements are sampled from softmax(logits / temperature)
-  c.temperature_start = 0.0    # > 0: sample at this at step 0, moving linearly to `temperature`
-  c.sampler = 'categorical'    # or 'inverse_cdf': the same distribution, faster on a CPU
-  c.gen_weight = 1.0           # loss = gen_weight * MLM + disc_weight * RTD
-  c.disc_weight = 50.0         # ELECTRA and electra_15 (the MLM ablations weigh their MLM 1.0)
-  c.copy_weight = 1.0          # all_tokens_mlm: weight of the copy probability's own loss
-  c.embedding_sharing = 'shared'  # 'shared' (the paper's), 'none', 'all' or 'gdes' (DeBERTa-v3's)
-  c.two_stage_steps = 0        # > 0: two-stage training, the generator alone for this many steps
-  c.generator_kind = 'mlm'     # 'mlm' (the paper's generator) or 'unigram' (no generator network)
-  # Frozen generator: an MLM run's workdir or a HF Electra/BertForMaskedLM dir; '' = trained jointly
-  c.generator_init = ''
-
-  c.learning_rate = 5e-4       # AdamW as the original: peak of warmup x linear decay from step 0
-  c.warmup_steps = 10_000
-  c.weight_decay = 0.01        # decoupled; not applied to LayerNorm parameters or biases
-  c.embedding_weight_decay = config_dict.placeholder(float)  # embeddings' rate; None: weight_decay
-  c.adam_b1 = 0.9
-  c.adam_b2 = 0.999
-  c.adam_eps = 1e-6
-  c.adam_bias_correction = False  # False reproduces the original's Adam exactly
-  c.max_grad_norm = 1.0        # global-norm gradient clipping
-
-  c.log_every = 100            # logging, evaluation and checkpoints count in steps
-  c.eval_every = 1000          # 0 disables evaluation
-  c.eval_steps = 10            # batches of data.eval_files per evaluation
-  c.save_every = 5000
-  c.keep_checkpoints = 3       # the most recent N checkpoints are kept
-  c.checkpoint_fallback = False  # True: move a damaged latest checkpoint aside and resume before it
-  c.compilation_cache_dir = ''  # '' = $JAX_COMPILATION_CACHE_DIR or <workdir>/compilation_cache
-  c.stall_check_after = 1000   # from this step, warn if the discriminator's AUC is < 0.55; 0 = off
-
-  c.on_nonfinite = 'stop'      # a NaN/Inf step is never applied; 'stop' the run or 'skip' the batch
-  c.max_consecutive_skips = 10
-
-  c.model = ml_collections.ConfigDict()
-  c.model.vocab_size = 30522   # must equal the vocabulary's size (trained or given)
-  c.model.embedding_size = 128  # E: width of the shared embedding block
-  c.model.hidden_size = 256    # H: discriminator width
-  c.model.num_layers = 12      # the discriminator's (and by default the generator's) depth
-  c.model.num_heads = 4
-  c.model.intermediate_size = 1024
-  c.model.generator_hidden_size = 0.25  # fraction of hidden_size (or a width if > 1); ELECTRA only
-  c.model.generator_layers = 1.0  # fraction of num_layers (or a count if > 1); 1.0 in the paper
-  c.model.max_position_embeddings = 512
-  c.model.type_vocab_size = 2
-  c.model.dropout_rate = 0.1
-  c.model.attention_dropout_rate = 0.1
-
-  c.data = ml_collections.ConfigDict()
-  c.data.train_files = ''      # comma-separated paths or globs of UTF-8 text files
-  c.data.eval_files = ''       # same, for evaluation ('' = no evaluation)
-  # Instead of train_files: 'tfds:NAME[/CONFIG][:SPLIT[:FEATURE]]' or file globs; '@WEIGHT' mixes.
-  c.data.sources = ''
-  c.data.eval_sources = ''     # same, for evaluation, instead of eval_files
-  c.data.tfds_data_dir = ''    # TFDS data_dir (local or gs://); '' = TFDS's default
-  c.data.text_field = 'text'   # the field of each .jsonl record that holds the document
-  c.data.text_format = 'auto'  # 'lines', 'gutenberg', 'wikiextractor', 'wikitext'; 'auto' per file
-  c.data.packing = 'auto'      # 'original' (what does not fit is dropped), 'fill' or 'auto'
-  c.data.prepared_dir = ''     # the output of `python -m electra_jax.prepare`; '' = into local_dir
-  c.data.local_dir = ''        # local disk for prepared data; '' = <workdir>/data (gs://: a cache)
-  c.data.prepare_workers = 0   # processes that prepare data; 0 = one per CPU core
-  c.data.prefetch_batches = 2  # batches made ahead in a background thread (0 = none)
-  c.data.vocab_model = ''      # a sentencepiece .model or WordPiece vocab.txt; '' = train one
-  c.data.vocab_sample_sentences = 1_000_000  # lines sampled to train the vocabulary
-  c.data.vocab_lowercase = False  # train an uncased vocabulary (ELECTRA's and BERT's are uncased)
+  for name, field in FIELDS.items():
+    *parents, leaf = name.split('.')
+    node = c
+    for parent in parents:
+      if parent not in node:
+        node[parent] = ml_collections.ConfigDict()
+      node = node[parent]
+    # A None default is a float left unset (embedding_weight_decay): typed, so flags can set it.
+    node[leaf] = config_dict.placeholder(float) if field.default is None else field.default
   return c
 
 
@@ -171,34 +230,107 @@ def check_overrides(argv, config_path: str):
       node = node[key]
 
 
-def saved_objective(saved: dict) -> str:
-  """The objective of a saved config.json; runs from before the field existed are ELECTRA's."""
-  return saved.get('objective', 'electra')
+def within(value: float, interval: str) -> bool:
+  """Whether `value` lies in `interval` ('[a, b]', '(a, b)' or mixed; 'inf' for no bound)."""
+  low, high = (float(end) for end in interval[1:-1].split(','))
+  above = value >= low if interval[0] == '[' else value > low
+  below = value <= high if interval[-1] == ']' else value < high
+  return above and below  # NaN compares False: refused
+
+
+def check_allowed(config, allowed: dict[str, str | tuple]):
+  """Raises UsageError for the first field of `allowed` (dotted name -> an interval or choices,
+  as FIELDS writes them) whose value in `config` lies outside it. A value left unset (None), and
+  a field this config has not (fine-tuning's configs differ by task family), are skipped."""
+  for name, what in allowed.items():
+    *parents, leaf = name.split('.')
+    node = config
+    for part in parents:
+      node = node[part] if part in node else {}
+    if not what or leaf not in node or node[leaf] is None:
+      continue
+    value = node[leaf]
+    if isinstance(what, tuple):
+      if value not in what:
+        raise UsageError(f"config.{name}={value!r}: use one of {', '.join(what)}")
+    elif not within(float(value), what):
+      raise UsageError(f'config.{name}={value}: use a value in {what}')
+
+
+def allowed(*names: str) -> dict[str, str | tuple]:
+  """What FIELDS allows of each of `names` (all fields without names)."""
+  return {name: FIELDS[name].allowed for name in names or FIELDS}
+
+
+def resolve(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """A copy of `config` in today's spelling: generator_kind 'mlm' is 'joint', and a run that
+  names only what a mode needs (generator_init, two_stage_steps, as runs did before the mode
+  existed) is in that mode. A two-stage or frozen generator owns its weights, so its
+  embedding_sharing is 'none'."""
+  config = config.copy_and_resolve_references()
+  if config.generator_kind == 'mlm':
+    config.generator_kind = 'joint'
+  if config.generator_kind == 'joint' and config.generator_init:
+    config.generator_kind = 'frozen'
+  if config.generator_kind == 'joint' and config.two_stage_steps:
+    config.generator_kind = 'two_stage'
+  if config.generator_kind in ('two_stage', 'frozen'):
+    if config.embedding_sharing not in ('shared', 'none'):
+      raise UsageError(
+          f'config.embedding_sharing={config.embedding_sharing!r} ties generator weights to the '
+          f"discriminator's, and a {config.generator_kind} generator owns all of its own; leave "
+          'embedding_sharing unset')
+    config.embedding_sharing = 'none'
+  return config
+
+
+def upgrade(saved: dict) -> ml_collections.ConfigDict:
+  """A config.json written by any version as today's config: fields it lacks take their
+  defaults (the value runs had before the field existed), then `resolve`."""
+  config = default_config()
+  known = flat_fields(config.to_dict())
+  for name, value in flat_fields(saved).items():
+    if name in known:  # a retired field is dropped
+      *parents, leaf = name.split('.')
+      node = config
+      for parent in parents:
+        node = node[parent]
+      node[leaf] = value
+  return resolve(config)
+
+
+def read_saved(directory: str) -> ml_collections.ConfigDict | None:
+  """The upgraded config.json of the run in `directory`, or None where it has none."""
+  path = os.path.join(directory, 'config.json')
+  return upgrade(read_json_object(path)) if storage.exists(path) else None
+
+
+def read_json_object(path: str) -> dict:
+  """The JSON object in the file at `path`; anything else is one UsageError naming the file."""
+  try:
+    value = json.loads(storage.read_text(path))
+  except ValueError as e:
+    raise UsageError(f"cannot read '{path}' ({e}); it must be a JSON object") from None
+  if not isinstance(value, dict):
+    raise UsageError(f"'{path}' is not a JSON object")
+  return value
+
+
+# Switches that change what a checkpoint's numbers mean.
+RUN_IDENTITY = ('objective', 'rng_impl', 'embedding_sharing', 'generator_kind', 'two_stage_steps',
+                'generator_init')
 
 
 def check_workdir_config(config: ml_collections.ConfigDict, workdir: str):
   """Refuses a workdir whose saved run has a different model, before anything is written there."""
-  path = os.path.join(workdir, 'config.json')
-  if not storage.exists(path):
+  saved = read_saved(workdir)
+  if saved is None:
     return
-  saved = json.loads(storage.read_text(path))
-  if saved_objective(saved) != config.objective:
-    raise UsageError(f'{workdir} holds a run of objective {saved_objective(saved)!r}, not '
-                     f'{config.objective!r}; use a new --workdir or '
-                     f'--config.objective={saved_objective(saved)}')
-  # Switches that change what a checkpoint's numbers mean, with the value of runs that predate
-  # them.
-  for field, default in (('rng_impl', 'threefry2x32'), ('embedding_sharing', 'shared'),
-                         ('two_stage_steps', 0), ('generator_kind', 'mlm'),
-                         ('generator_init', '')):
-    was, now = saved.get(field, default), config.get(field, default)
-    if was != now:
-      raise UsageError(f'{workdir} holds a run with {field} {was!r}, not {now!r}; use a new '
-                       f'--workdir or --config.{field}={was}')
-  # Model fields added since, with the value that runs saved before them had.
-  saved_model = {'generator_layers': 1.0, **saved.get('model', {})}
-  changed = {k: (saved_model.get(k), v) for k, v in config.model.to_dict().items()
-             if saved_model.get(k) != v}
+  for field in RUN_IDENTITY:
+    if saved[field] != config[field]:
+      raise UsageError(f'{workdir} holds a run with {field} {saved[field]!r}, not '
+                       f'{config[field]!r}; use a new --workdir or --config.{field}={saved[field]}')
+  changed = {k: (saved.model[k], v) for k, v in config.model.items() if saved.model[k] != v}
   if changed:
     detail = ', '.join(f'{k}: saved {old!r}, now {new!r}' for k, (old, new) in changed.items())
     raise UsageError(f'{workdir} holds a run of a different model ({detail}); use a new '
@@ -231,11 +363,10 @@ def keep_config_before_changes(config: ml_collections.ConfigDict, workdir: str,
     return []
   # A field added since the run was saved counts as its default there: only a value the run
   # did not have is a change.
-  saved = {**flat_fields(json.loads(default_config().to_json())),
-           **flat_fields(json.loads(storage.read_text(path)))}
-  now = flat_fields(json.loads(config.to_json()))
-  changes = [f'{k}: {saved.get(k)!r} -> {now.get(k)!r}' for k in sorted(saved.keys() | now.keys())
-             if saved.get(k) != now.get(k)]
+  saved = flat_fields(read_saved(workdir).to_dict())
+  now = flat_fields(config.to_dict())
+  changes = [f'{k}: {saved[k]!r} -> {now[k]!r}' for k in sorted(now)
+             if k in saved and saved[k] != now[k]]
   kept = os.path.join(workdir, f'config.until-{step}.json')
   if changes and not storage.exists(kept):
     storage.write_text(kept, storage.read_text(path))

@@ -1,4 +1,4 @@
-"""The pretraining networks as Flax Linen modules: ELECTRA's pair, and BERT's masked LM.
+"""The pretraining networks as Flax Linen modules, built from model/layers.py's blocks.
 
 `Electra` (config.objective='electra') owns three parameter subtrees (and their heads):
 
@@ -6,24 +6,12 @@
   generator      its own `embeddings_project` (if E != H_gen), encoder and MLM head
   discriminator  its own `embeddings_project` (if E != H), encoder and replaced-token head
 
-Both networks are reached through methods of the same module (`Electra.generate`,
-`Electra.discriminate`), so one parameter tree and one optimizer serve both, and the gradient
-of the shared embedding block is the sum of what each network's loss sends it.
-
-`MaskedLM` (config.objective='mlm') is BERT's setup at the discriminator's size: `embeddings`
-and `discriminator` exactly as `Electra` names and builds them (so fine-tuning loads either
-run the same way) and `mlm_head`, the generator's head type; no generator.
-
-`ReplaceMLM` (objectives 'replace_mlm' and 'all_tokens_mlm', the paper's ablations) is
-`Electra`'s generator with `MaskedLM`'s discriminator-sized MLM (and, for All-Tokens MLM, a
-copy head) in place of the replaced-token detector.
-
-`Electric` (objective 'electric') is the energy-based cloze model's pair, and `Discriminator`
-(generator_kind='unigram') is ELECTRA's discriminator alone, under `Electra`'s parameter names.
-
-The building blocks (embeddings, attention, the encoder, the heads) are model/layers.py's.
+Both networks are methods of one module (`generate`, `discriminate`), so one parameter tree and
+one optimizer serve both, and the shared embeddings get the sum of both losses' gradients. The
+other networks reuse these names, so fine-tuning and export read every run the same way.
 """
 
+import dataclasses
 from typing import Any
 
 import flax.linen as nn
@@ -34,53 +22,64 @@ import ml_collections
 from electra_jax.model.layers import DiscriminatorHead, Embeddings, Encoder, MLMHead, glorot_init
 
 
-def generator_width(config: ml_collections.ConfigDict) -> int:
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """A run config's `model` section, frozen and typed (defaults and meanings: config.FIELDS)."""
+  vocab_size: int
+  embedding_size: int
+  hidden_size: int
+  num_layers: int
+  num_heads: int
+  intermediate_size: int
+  generator_hidden_size: float
+  generator_layers: float
+  max_position_embeddings: int
+  type_vocab_size: int
+  dropout_rate: float
+  attention_dropout_rate: float
+
+  @classmethod
+  def of(cls, model: 'ModelConfig | ml_collections.ConfigDict') -> 'ModelConfig':
+    if isinstance(model, cls):
+      return model
+    return cls(**{field.name: model[field.name] for field in dataclasses.fields(cls)})
+
+
+def generator_width(config: ModelConfig | ml_collections.ConfigDict) -> int:
   """Hidden width of the generator: a fraction of the discriminator's (an int is taken as is)."""
   size = config.generator_hidden_size
   return int(size) if size > 1 else int(round(config.hidden_size * size))
 
 
-def generator_depth(config: ml_collections.ConfigDict) -> int:
-  """Layers of the generator: a fraction of the discriminator's (a value > 1 is taken as the
-  count), at least one. Configs saved before the field existed had the discriminator's depth."""
-  depth = config.get('generator_layers', 1.0)
+def generator_depth(config: ModelConfig | ml_collections.ConfigDict) -> int:
+  """Layers of the generator: a fraction of the discriminator's (> 1: the count), at least 1."""
+  depth = config.generator_layers
   return int(depth) if depth > 1 else max(1, int(round(config.num_layers * depth)))
 
 
-def discriminator_encoder(c: ml_collections.ConfigDict, dtype, remat: bool,
-                          attention: str) -> Encoder:
-  """The encoder at the discriminator's size (`config.model`'s hidden_size, heads and FFN)."""
-  return Encoder(
-      hidden_size=c.hidden_size, num_layers=c.num_layers, num_heads=c.num_heads,
-      intermediate_size=c.intermediate_size, dropout_rate=c.dropout_rate,
-      attention_dropout_rate=c.attention_dropout_rate, dtype=dtype, remat=remat,
-      attention=attention)
+def discriminator_encoder(net: nn.Module) -> Encoder:
+  c = net.config
+  return Encoder(c.hidden_size, c.num_layers, c.num_heads, c.intermediate_size, c.dropout_rate,
+                 c.attention_dropout_rate, net.dtype, net.remat, net.attention)
 
 
-def generator_encoder(c: ml_collections.ConfigDict, dtype, remat: bool,
-                      attention: str) -> Encoder:
-  """The generator's encoder: generator_depth layers at generator_width, 64-wide heads and a
-  4x FFN, as the original sizes it."""
-  width = generator_width(c)
-  return Encoder(
-      hidden_size=width, num_layers=generator_depth(c), num_heads=max(1, width // 64),
-      intermediate_size=4 * width, dropout_rate=c.dropout_rate,
-      attention_dropout_rate=c.attention_dropout_rate, dtype=dtype, remat=remat,
-      attention=attention)
+def generator_encoder(net: nn.Module) -> Encoder:
+  """generator_depth layers at generator_width, 64-wide heads and a 4x FFN, as the original."""
+  c, width = net.config, generator_width(net.config)
+  return Encoder(width, generator_depth(c), max(1, width // 64), 4 * width, c.dropout_rate,
+                 c.attention_dropout_rate, net.dtype, net.remat, net.attention)
 
 
-def embeddings_block(c: ml_collections.ConfigDict, dtype) -> Embeddings:
+def embeddings_block(net: nn.Module) -> Embeddings:
+  c = net.config
   return Embeddings(c.vocab_size, c.embedding_size, c.max_position_embeddings, c.type_vocab_size,
-                    c.dropout_rate, dtype)
+                    c.dropout_rate, net.dtype)
 
 
 def masked_lm_logits(embeddings: Embeddings, encoder: Encoder, head: MLMHead, input_ids,
                      segment_ids, positions, deterministic: bool):
-  """MLM logits [B, P, V] (float32) at the given positions [B, P] only.
-
-  Gathering before the head matters: the vocabulary projection is the most expensive part of
-  a small generator, and only the selected positions need it.
-  """
+  """MLM logits [B, P, V] (float32) at positions [B, P] only: gathered before the head, as the
+  vocabulary projection is a small generator's costliest part."""
   hidden = encoder(embeddings(input_ids, segment_ids, deterministic), input_ids != 0,
                    deterministic)
   hidden = jnp.take_along_axis(hidden, positions[..., None], axis=1)
@@ -96,39 +95,32 @@ def replaced_token_logits(embeddings: Embeddings, encoder: Encoder, head: Discri
   return head(hidden)
 
 
-EMBEDDING_SHARING = ('shared', 'gdes', 'none', 'all')
-
-
 class Electra(nn.Module):
   """Generator and discriminator over one shared embedding block.
 
-  embedding_sharing='gdes' is DeBERTa-v3's gradient-disentangled embedding sharing for the word
-  table: the discriminator reads stop_gradient(word table) + `embedding_delta` (its own [V, E]
-  residual, zero at init), so the RTD loss never moves the generator's word embeddings (their
-  tug-of-war, DeBERTa-v3 section 3) and the MLM loss never moves the delta. The position and
-  token-type tables and the embedding LayerNorm stay shared as under 'shared'.
-
-  The paper's other two settings (section 3.2, "Weight sharing"): 'none' gives the generator an
-  embedding block of its own (`generator_embeddings`, its tied output matrix too), and 'all'
-  ties every weight of the generator's encoder to the discriminator's (so there is no
-  `generator` entry: `generate` runs `discriminator`), which needs a generator of the
-  discriminator's size (validation.validate checks it). The heads stay separate in every setting.
+  embedding_sharing='gdes' is DeBERTa-v3's gradient-disentangled sharing of the word table: the
+  discriminator reads stop_gradient(table) + `embedding_delta` (its own [V, E], zero at init), so
+  the RTD loss never moves the generator's words (their tug-of-war, DeBERTa-v3 section 3) and
+  the MLM loss never moves the delta. The paper's section 3.2 "Weight sharing": 'none' gives the
+  generator its own `generator_embeddings`; 'all' ties its encoder to the discriminator's (no
+  `generator` entry), which needs a generator of the discriminator's size (validation checks).
+  The heads stay separate in every setting.
   """
-  config: ml_collections.ConfigDict  # the `model` section of the run config
+  config: ModelConfig  # the `model` section of the run config
   dtype: Any = jnp.float32
   remat: bool = False
   attention: str = 'auto'  # SelfAttention.implementation; every choice computes the same
-  embedding_sharing: str = 'shared'  # one of EMBEDDING_SHARING
+  embedding_sharing: str = 'shared'  # 'shared', 'gdes', 'none' or 'all'
 
   def setup(self):
     c = self.config
-    self.embeddings = embeddings_block(c, self.dtype)
+    self.embeddings = embeddings_block(self)
     if self.embedding_sharing == 'none':
-      self.generator_embeddings = embeddings_block(c, self.dtype)
+      self.generator_embeddings = embeddings_block(self)
     if self.embedding_sharing != 'all':
-      self.generator = generator_encoder(c, self.dtype, self.remat, self.attention)
+      self.generator = generator_encoder(self)
     self.generator_head = MLMHead(c.embedding_size, c.vocab_size, self.dtype)
-    self.discriminator = discriminator_encoder(c, self.dtype, self.remat, self.attention)
+    self.discriminator = discriminator_encoder(self)
     self.discriminator_head = DiscriminatorHead(self.dtype)
     if self.embedding_sharing == 'gdes':
       self.embedding_delta = self.param('embedding_delta', nn.initializers.zeros,
@@ -156,28 +148,24 @@ class Electra(nn.Module):
 
 class Electric(nn.Module):
   """Electric (Clark et al., 2020, "Pre-Training Transformers as Energy-Based Cloze Models"),
-  as the original repository builds it: a two-tower cloze generator and the discriminator over
-  one embedding block.
+  as the original repository builds it: a two-tower cloze generator and ELECTRA's discriminator.
 
-  The generator reads the uncorrupted text with two generator-sized encoders, one attending
-  left-to-right and one right-to-left; token t is represented by the forward tower at t-1 and
-  the backward tower at t+1, so nothing at t itself is seen, and a head like the MLM head (on
-  their concatenation) gives q(token | every other token) at every position. The discriminator
-  is ELECTRA's. Its head's logit, plus log q of the token it reads and log(mask_prob /
-  (1 - mask_prob)), is the noise-contrastive classifier (objective/electric.py).
+  Two generator-sized encoders read the uncorrupted text, one left-to-right and one
+  right-to-left; token t is represented by the forward tower at t-1 and the backward one at t+1,
+  so an MLM-like head on both gives q(token | every other token) at every position.
   """
-  config: ml_collections.ConfigDict  # the `model` section of the run config
+  config: ModelConfig  # the `model` section of the run config
   dtype: Any = jnp.float32
   remat: bool = False
   attention: str = 'auto'  # SelfAttention.implementation; every choice computes the same
 
   def setup(self):
     c = self.config
-    self.embeddings = embeddings_block(c, self.dtype)
-    self.generator_forward = generator_encoder(c, self.dtype, self.remat, self.attention)
-    self.generator_backward = generator_encoder(c, self.dtype, self.remat, self.attention)
+    self.embeddings = embeddings_block(self)
+    self.generator_forward = generator_encoder(self)
+    self.generator_backward = generator_encoder(self)
     self.cloze_head = MLMHead(c.embedding_size, c.vocab_size, self.dtype)
-    self.discriminator = discriminator_encoder(c, self.dtype, self.remat, self.attention)
+    self.discriminator = discriminator_encoder(self)
     self.discriminator_head = DiscriminatorHead(self.dtype)
 
   def __call__(self, input_ids, segment_ids, positions, deterministic: bool = True):
@@ -210,22 +198,19 @@ class Electric(nn.Module):
 
 
 class Discriminator(nn.Module):
-  """ELECTRA's discriminator alone, for a run whose replacements need no generator network
-  (config.generator_kind='unigram'). Its parameters are named as `Electra`'s discriminator's."""
-  config: ml_collections.ConfigDict  # the `model` section of the run config
+  """ELECTRA's discriminator alone (config.generator_kind='unigram'), under `Electra`'s names."""
+  config: ModelConfig  # the `model` section of the run config
   dtype: Any = jnp.float32
   remat: bool = False
   attention: str = 'auto'  # SelfAttention.implementation; every choice computes the same
 
   def setup(self):
-    c = self.config
-    self.embeddings = embeddings_block(c, self.dtype)
-    self.discriminator = discriminator_encoder(c, self.dtype, self.remat, self.attention)
+    self.embeddings = embeddings_block(self)
+    self.discriminator = discriminator_encoder(self)
     self.discriminator_head = DiscriminatorHead(self.dtype)
 
   def __call__(self, input_ids, segment_ids, deterministic: bool = True, positions=None):
-    """Replaced-token logits [B, L] (float32), one per position; `positions` is unused (the
-    other networks' init signature)."""
+    """Replaced-token logits [B, L] (float32); `positions` only matches the others' init call."""
     del positions
     return replaced_token_logits(self.embeddings, self.discriminator, self.discriminator_head,
                                  input_ids, segment_ids, deterministic)
@@ -233,15 +218,15 @@ class Discriminator(nn.Module):
 
 class MaskedLM(nn.Module):
   """BERT's masked LM: the discriminator-sized encoder and an MLM head on the tied embeddings."""
-  config: ml_collections.ConfigDict  # the `model` section of the run config
+  config: ModelConfig  # the `model` section of the run config
   dtype: Any = jnp.float32
   remat: bool = False
   attention: str = 'auto'  # SelfAttention.implementation; every choice computes the same
 
   def setup(self):
     c = self.config
-    self.embeddings = embeddings_block(c, self.dtype)
-    self.discriminator = discriminator_encoder(c, self.dtype, self.remat, self.attention)
+    self.embeddings = embeddings_block(self)
+    self.discriminator = discriminator_encoder(self)
     self.mlm_head = MLMHead(c.embedding_size, c.vocab_size, self.dtype)
 
   def __call__(self, input_ids, segment_ids, positions, deterministic: bool = True):
@@ -252,15 +237,12 @@ class MaskedLM(nn.Module):
 
 class ReplaceMLM(nn.Module):
   """The paper's Replace-MLM and All-Tokens-MLM ablations (section 3.2): ELECTRA's generator,
-  and a discriminator-sized masked LM that reads the generator's samples instead of [MASK].
-
-  Parameters as `Electra` names them (embeddings, generator, generator_head, discriminator), so
-  fine-tuning and export read them the same way, with `mlm_head` (as `MaskedLM`'s, output tied
-  to the shared word embeddings) in place of the replaced-token head. With `copy_mechanism`
-  (All-Tokens MLM) a `copy_head`, one dense layer to a logit, gives each token the probability
-  D that the output is its input token: the paper's "copy probability ... using a sigmoid layer".
+  and a discriminator-sized masked LM (`mlm_head` as `MaskedLM`'s) that reads the generator's
+  samples instead of [MASK]. With `copy_mechanism` (All-Tokens MLM) a `copy_head` gives each
+  token the probability D that the output is its input: the paper's "copy probability ... using
+  a sigmoid layer".
   """
-  config: ml_collections.ConfigDict  # the `model` section of the run config
+  config: ModelConfig  # the `model` section of the run config
   dtype: Any = jnp.float32
   remat: bool = False
   attention: str = 'auto'  # SelfAttention.implementation; every choice computes the same
@@ -268,10 +250,10 @@ class ReplaceMLM(nn.Module):
 
   def setup(self):
     c = self.config
-    self.embeddings = embeddings_block(c, self.dtype)
-    self.generator = generator_encoder(c, self.dtype, self.remat, self.attention)
+    self.embeddings = embeddings_block(self)
+    self.generator = generator_encoder(self)
     self.generator_head = MLMHead(c.embedding_size, c.vocab_size, self.dtype)
-    self.discriminator = discriminator_encoder(c, self.dtype, self.remat, self.attention)
+    self.discriminator = discriminator_encoder(self)
     self.mlm_head = MLMHead(c.embedding_size, c.vocab_size, self.dtype)
     if self.copy_mechanism:
       self.copy_head = nn.Dense(1, kernel_init=glorot_init, dtype=jnp.float32, name='copy_head')
@@ -312,11 +294,9 @@ def discriminator_view(params):
     return params
   params = dict(params)
   delta = params.pop('embedding_delta')
-  embeddings = dict(params['embeddings'])
-  words = dict(embeddings['word_embeddings'])
-  words['embedding'] = words['embedding'] + delta
-  embeddings['word_embeddings'] = words
-  params['embeddings'] = embeddings
+  words = params['embeddings']['word_embeddings']
+  params['embeddings'] = {**params['embeddings'],
+                          'word_embeddings': {**words, 'embedding': words['embedding'] + delta}}
   return params
 
 

@@ -1,30 +1,16 @@
-"""Pretraining objectives, chosen by `config.objective`, behind one interface for the train step.
-
-  masking.py   what all objectives share: position selection, [MASK]/random-token writing,
-               sampling and relabelling (`Masked`, `Prepared`, `SpecialIds`)
-  electra.py   'electra': generator MLM + replaced-token detection (the paper's method)
-  mlm.py       'mlm': BERT's masked language model at the discriminator's size, no generator
-  The paper's ablations (Clark et al., 2020, section 3.2 / Table 5):
-  electra_15.py      'electra_15': ELECTRA with the RTD loss at the selected positions only
-  replace_mlm.py     'replace_mlm': generator samples instead of [MASK]; a discriminator-sized
-                     MLM predicts the originals there
-  all_tokens_mlm.py  'all_tokens_mlm': Replace MLM predicting every token, copy mechanism
-  electric.py   'electric': the energy-based cloze model of the original repository, a two-tower
-                cloze generator and a noise-contrastive discriminator
-  unigram.py    'electra' with config.generator_kind='unigram': replacements drawn from the
-                data's unigram distribution, no generator network (the paper's section 3.2)
+"""Pretraining objectives, chosen by `config.objective`, behind one interface for the train step
+(docs/layout.md names each module's job).
 
 An objective is the network it trains and two pure functions:
   prepare(rng, input_ids, config, special) -> Prepared
       draws everything random about the inputs for the whole batch (masks, random tokens,
       sampling keys) and the whole-batch counts that normalise the loss;
-  partial_loss(apply_fn, params, batch, prepared, dropout_rng, config, train, special)
-      -> (loss, stats): the loss of `batch` (the whole batch, or a micro-batch of it with the
-      matching rows of `prepared`) as its share of the batch's loss, and statistics as sums and
-      counts that `summarize` turns into metrics.
+  partial_loss(apply_fn, params, batch, prepared, dropout_rng, config, train, special, auc)
+      -> (loss, stats): the loss of `batch` (the whole batch, or a micro-batch with the matching
+      rows of `prepared`) as its share of the batch's, and sums and counts for `summarize`.
 The train step calls them through `draw` and `partial_loss` below and never asks which runs.
-Adding one: its module beside these, an entry in OBJECTIVES, its FLOPs in training/flops.py and what it
-exports in hf/exporting.EXPORTED; `summarize` reports whatever known statistics it returns.
+Adding one: its module beside these, an entry in OBJECTIVES, its FLOPs in training/flops.py and
+what it exports in hf/exporting.EXPORTED.
 """
 
 import functools
@@ -34,8 +20,7 @@ import jax
 import ml_collections
 
 from electra_jax.model import networks as model_lib
-from electra_jax.objective import (all_tokens_mlm, electra, electra_15, electric, mlm,
-                                  replace_mlm, unigram)
+from electra_jax.objective import all_tokens_mlm, electra, electric, mlm, replace_mlm, unigram
 # The shared pieces, also reachable as objective.<name>.
 from electra_jax.objective.masking import (  # noqa: F401
     Masked, Prepared, SpecialIds, bert_mask_inputs, mask_inputs, num_slots, replace_and_label,
@@ -46,23 +31,25 @@ class Objective(NamedTuple):
   model: Callable          # the Flax module it trains: model(config.model, dtype=..., ...)
   prepare: Callable        # see the module doc
   partial_loss: Callable
+  detects: bool            # it has a replaced-token detector, so an AUC to report
 
 
 OBJECTIVES = {
-    'electra': Objective(model_lib.Electra, electra.prepare, electra.partial_loss),
-    'mlm': Objective(model_lib.MaskedLM, mlm.prepare, mlm.partial_loss),
-    'electra_15': Objective(model_lib.Electra, electra_15.prepare, electra_15.partial_loss),
-    'replace_mlm': Objective(model_lib.ReplaceMLM, replace_mlm.prepare, replace_mlm.partial_loss),
+    'electra': Objective(model_lib.Electra, electra.prepare, electra.partial_loss, True),
+    'mlm': Objective(model_lib.MaskedLM, mlm.prepare, mlm.partial_loss, False),
+    'electra_15': Objective(model_lib.Electra, electra.prepare, electra.partial_loss_15, True),
+    'replace_mlm': Objective(model_lib.ReplaceMLM, replace_mlm.prepare, replace_mlm.partial_loss,
+                             False),
     'all_tokens_mlm': Objective(functools.partial(model_lib.ReplaceMLM, copy_mechanism=True),
-                                all_tokens_mlm.prepare, all_tokens_mlm.partial_loss),
-    'electric': Objective(model_lib.Electric, electric.prepare, electric.partial_loss),
+                                all_tokens_mlm.prepare, all_tokens_mlm.partial_loss, False),
+    'electric': Objective(model_lib.Electric, electric.prepare, electric.partial_loss, True),
 }
 # ELECTRA whose replacements come from the unigram distribution (config.generator_kind).
-UNIGRAM_ELECTRA = Objective(model_lib.Discriminator, unigram.prepare, unigram.partial_loss)
+UNIGRAM_ELECTRA = Objective(model_lib.Discriminator, unigram.prepare, unigram.partial_loss, True)
 
 
 def get(config: ml_collections.ConfigDict) -> Objective:
-  if config.get('generator_kind', 'mlm') == 'unigram':
+  if config.generator_kind == 'unigram':
     return UNIGRAM_ELECTRA
   return OBJECTIVES[config.objective]
 
@@ -74,27 +61,25 @@ def prepare(rng, input_ids, config: ml_collections.ConfigDict,
 
 def draw(rng, input_ids, config: ml_collections.ConfigDict,
          special: SpecialIds = SpecialIds()) -> tuple[Prepared, jax.Array]:
-  """What a step with key `rng` draws: the prepared inputs and the key its dropout derives from.
-
-  The train step, the eval step and `loss` all start here, so a test can rebuild exactly the
-  masked inputs a train step saw from the key it was given.
-  """
+  """What a step with key `rng` draws: the prepared inputs and the key its dropout derives from
+  (train step, eval step and `loss` alike, so a test can rebuild a step's masked inputs)."""
   prepare_rng, dropout_rng = jax.random.split(rng)
   return prepare(prepare_rng, input_ids, config, special), dropout_rng
 
 
 def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng,
                  config: ml_collections.ConfigDict, train: bool = True,
-                 special: SpecialIds = SpecialIds()):
+                 special: SpecialIds = SpecialIds(), auc: bool = False):
   return get(config).partial_loss(apply_fn, params, batch, prepared, dropout_rng, config, train,
-                                  special)
+                                  special, auc)
 
 
 def loss(apply_fn, params, batch, rng, config: ml_collections.ConfigDict, train: bool = True,
-         special: SpecialIds = SpecialIds()):
-  """The objective's loss of one whole batch and its statistics; `train` turns dropout on."""
+         special: SpecialIds = SpecialIds(), auc: bool = False):
+  """The objective's loss of one whole batch and its statistics; `train` turns dropout on, `auc`
+  adds the discriminator's exact ROC AUC (objectives with one)."""
   prepared, dropout_rng = draw(rng, batch['input_ids'], config, special)
-  return partial_loss(apply_fn, params, batch, prepared, dropout_rng, config, train, special)
+  return partial_loss(apply_fn, params, batch, prepared, dropout_rng, config, train, special, auc)
 
 
 # Losses are per-step values (micro-batches add up to the step's), averaged over the steps.
@@ -114,11 +99,8 @@ _RATES = {
 
 
 def summarize(stats, num_steps) -> dict[str, float]:
-  """Turns statistics summed over `num_steps` steps into the reported metrics (host floats).
-
-  Every objective reports the metrics its statistics support, under the same names: an MLM
-  run has loss, mlm_loss and mlm_accuracy, and no disc_* or sampled_* metrics.
-  """
+  """Statistics summed over `num_steps` steps as the metrics they support (host floats): an MLM
+  run has loss, mlm_loss and mlm_accuracy, and no disc_* or sampled_* metrics."""
   metrics = {name: float(stats[name]) / num_steps for name in _MEANS if name in stats}
   metrics.update({name: float(stats[num]) / max(float(stats[den]), 1.0)
                   for name, (num, den) in _RATES.items() if num in stats})

@@ -1,9 +1,8 @@
 """The paper's 'All-Tokens MLM' ablation (Clark et al., 2020, section 3.2, Table 5: 84.3 GLUE).
 
-Replace MLM (`replace_mlm`: the generator's samples written into the selected positions) whose
-discriminator-sized network predicts the identity of EVERY token, with the paper's copy
-mechanism: a sigmoid layer gives each token a copy probability D_t, and the output
-distribution puts D_t on the input token plus (1 - D_t) times the MLM softmax:
+Replace MLM whose discriminator-sized network predicts EVERY token, with the paper's copy
+mechanism: a sigmoid layer gives each token a copy probability D_t, and the output puts D_t on
+the input token plus (1 - D_t) times the MLM softmax:
 
   p(x_t | x_corrupt) = D_t * 1[x_t == input_t] + (1 - D_t) * softmax(logits_t)[x_t]
 
@@ -14,16 +13,11 @@ replaced it). Per batch, over the non-padding tokens T ([CLS]/[SEP] included: ev
   copy    =  sum_{t in T} BCE(D_t, 1[input_t == x_t]) / |T|
   loss    = gen_weight * MLM_gen + MLM_all + copy_weight * copy
 
-The extra loss on D is ours: the paper's text (as the reference notes have it) names the copy
-mechanism but no loss for D besides the likelihood above. We add the binary cross-entropy of D
-against "the input token is the original", which is ELECTRA's replaced-token loss with
-D = P(original); it gives D a direct signal where the likelihood's gradient on D is weak (a
-softmax that already puts mass on the input token), and makes the model literally the paper's
-"combination of BERT and ELECTRA". config.copy_weight=0 leaves the bare likelihood. Weight 1 on
-MLM_all for the reason given in `replace_mlm`.
-
-Metrics: as `replace_mlm`, with disc_mlm_* over every token (accuracy: the argmax of p above),
-copy_loss, and copy_accuracy (D > 0.5 exactly where the input token is the original).
+The copy loss is ours: the paper names no loss for D besides the likelihood. It is ELECTRA's
+replaced-token loss with D = P(original): a direct signal where the likelihood's gradient on D
+is weak (the softmax already favours the input token), making the model literally the paper's
+"combination of BERT and ELECTRA"; config.copy_weight=0 leaves the bare likelihood. Metrics: as
+`replace_mlm`'s, disc_mlm_* over every token (argmax of p), copy_loss and copy_accuracy.
 """
 
 import jax
@@ -38,10 +32,8 @@ prepare = electra.prepare  # the same masking and sampling keys
 
 
 def copy_log_likelihood(logits, copy_logits, input_ids, targets):
-  """log p(targets) under the copy mixture, per token, computed in log space.
-
-  log D and log(1 - D) are log_sigmoid(+-copy_logit): no probability is formed and rounded.
-  """
+  """log p(targets) under the copy mixture, per token, in log space: log D and log(1 - D) are
+  log_sigmoid(+-copy_logit), so no probability is formed and rounded."""
   log_q = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), targets[..., None],
                               axis=-1)[..., 0]
   not_copied = jax.nn.log_sigmoid(-copy_logits) + log_q
@@ -59,12 +51,9 @@ def mixture_argmax(logits, copy_logits, input_ids):
 
 def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng,
                  config: ml_collections.ConfigDict, train: bool = True,
-                 special: SpecialIds = SpecialIds()):
-  """gen_weight * MLM_gen + MLM_all + copy_weight * copy of `batch` as its share of the batch's.
-
-  apply_fn is `ReplaceMLM.apply` with the copy mechanism. Denominators are whole-batch counts
-  (`prepared.mlm_count`, `.token_count`), so micro-batches add up to the batch.
-  """
+                 special: SpecialIds = SpecialIds(), auc: bool = False):
+  """gen_weight * MLM_gen + MLM_all + copy_weight * copy of `batch` as its share of the batch's."""
+  del auc  # no replaced-token detector
   gen_rng, disc_rng = jax.random.split(dropout_rng)
   variables, input_ids = {'params': params}, batch['input_ids']
   input_mask = (input_ids != special.pad).astype(jnp.float32)

@@ -1,12 +1,9 @@
 """Electric: ELECTRA as an energy-based cloze model (Clark et al., 2020, "Pre-Training
-Transformers as Energy-Based Cloze Models"), as the original repository's electric_objective
-computes it.
+Transformers as Energy-Based Cloze Models"), as the original's electric_objective computes it.
 
-The generator is a two-tower cloze model (model.Electric): q(x_t | every other token) at every
-position, trained by its cross-entropy at every candidate token (the cloze loss, in place of
-ELECTRA's MLM loss at the masked ones). Noise: at the selected positions (15%) the token is
-replaced by a sample of q; the text the generator reads is never [MASK]ed. The discriminator is
-a noise-contrastive classifier between data and noise: its logit at t is
+The two-tower generator (model.Electric) learns q(x_t | every other token) by its cross-entropy
+at every candidate token. At the selected positions (15%) a sample of q replaces the token;
+nothing is [MASK]ed. The discriminator is a noise-contrastive classifier; its logit at t is
 
   s_t = head_t + stop_gradient(log q(x̃_t | context)) + log(mask_prob / (1 - mask_prob)),
 
@@ -20,7 +17,6 @@ import math
 import jax
 import jax.numpy as jnp
 import ml_collections
-import optax
 
 from electra_jax.objective import electra, masking
 from electra_jax.objective.masking import Prepared, SpecialIds
@@ -32,7 +28,7 @@ def prepare(rng, input_ids, config: ml_collections.ConfigDict,
   the number of candidate tokens, the cloze loss's denominator."""
   select_rng, sample_rng = jax.random.split(rng)
   selected = masking.select_positions(select_rng, input_ids, config.mask_prob, special,
-                                      config.get('masking', 'token'))
+                                      config.masking)
   return Prepared(selected, jax.random.split(sample_rng, input_ids.shape[0]),
                   jnp.sum(masking.candidates(input_ids, special)).astype(jnp.float32),
                   masking.count_tokens(input_ids, special))
@@ -45,11 +41,8 @@ def noise_log_odds(mask_prob: float) -> float:
 
 def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng,
                  config: ml_collections.ConfigDict, train: bool = True,
-                 special: SpecialIds = SpecialIds()):
-  """gen_weight * cloze + disc_weight * NCE of `batch` as its share of the whole batch's.
-
-  apply_fn is `Electric.apply`. Means use the whole batch's counts, as in electra.partial_loss.
-  """
+                 special: SpecialIds = SpecialIds(), auc: bool = False):
+  """gen_weight * cloze + disc_weight * NCE of `batch` as its share of the whole batch's."""
   gen_rng, disc_rng = jax.random.split(dropout_rng)
   input_ids, segment_ids = batch['input_ids'], batch['segment_ids']
   variables, selected = {'params': params}, prepared.masked
@@ -60,8 +53,7 @@ def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng,
   log_q = jax.nn.log_softmax(cloze_logits, axis=-1)
   cloze_nll = -jnp.take_along_axis(log_q, input_ids[..., None], axis=-1)[..., 0]
   is_candidate = masking.candidates(input_ids, special)
-  cloze_loss = (jnp.sum(cloze_nll * is_candidate)
-                / jnp.maximum(prepared.mlm_count, 1.0))
+  cloze_loss = jnp.sum(cloze_nll * is_candidate) / jnp.maximum(prepared.mlm_count, 1.0)
 
   at_selected = jnp.take_along_axis(cloze_logits, selected.positions[..., None], axis=1)
   sampled = masking.sample_replacements(
@@ -76,9 +68,8 @@ def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng,
                   rngs={'dropout': disc_rng})
   log_q_read = jnp.take_along_axis(log_q, noisy_ids[..., None], axis=-1)[..., 0]
   disc_logits = head + jax.lax.stop_gradient(log_q_read) + noise_log_odds(config.mask_prob)
-  per_token = optax.sigmoid_binary_cross_entropy(disc_logits, labels)
-  disc_loss = jnp.sum(per_token * input_mask) / jnp.maximum(prepared.token_count, 1.0)
+  disc_loss = electra.rtd_loss(disc_logits, labels, input_mask, prepared.token_count)
 
   loss = config.gen_weight * cloze_loss + config.disc_weight * disc_loss
   return loss, electra.step_stats(loss, cloze_loss, disc_loss, at_selected, selected, sampled,
-                                  disc_logits, labels, input_mask)
+                                  disc_logits, labels, input_mask, auc)

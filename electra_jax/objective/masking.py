@@ -1,10 +1,8 @@
 """How every objective corrupts its input: select positions, write [MASK] or other tokens there.
 
-All of it is pure and runs inside the compiled step, so every training step draws fresh masks.
-Special token ids come from the vocabulary (`SpecialIds`); [PAD] must be 0, which the model's
-attention mask also relies on. What is selected is config.masking's unit: single tokens (the
-paper's), whole words, or SpanBERT's spans of whole words; the budget is mask_prob of the tokens
-either way.
+All of it runs inside the compiled step, so every step draws fresh masks. [PAD] must be 0, as the
+model's attention mask assumes. config.masking selects single tokens (the paper's), whole words
+or SpanBERT's spans of words; the budget is mask_prob of the tokens either way.
 """
 
 import math
@@ -38,19 +36,13 @@ class Masked(NamedTuple):
 
 
 class Prepared(NamedTuple):
-  """What an objective draws for a whole batch before any network runs.
-
-  Every array field but the counts has the batch as its leading axis, so gradient accumulation
-  splits it with the batch; the counts are whole-batch totals, the denominators of every
-  micro-batch's share of the loss.
-  """
+  """What an objective draws for a whole batch before any network runs. Arrays are split with
+  the batch under gradient accumulation; the counts are whole-batch totals (the denominators)."""
   masked: Masked
   sample_keys: jax.Array | None  # [B] one key per sequence; None for objectives that don't sample
   mlm_count: jax.Array     # selected positions in the whole batch (the MLM mean's denominator)
   token_count: jax.Array   # non-padding tokens in the whole batch (the RTD mean's denominator)
-  # The step's sampling temperature where config.temperature_start schedules it (the train step
-  # sets it, `scheduled_temperature`); None: config.temperature. A whole-batch scalar, like the
-  # counts.
+  # The step's scheduled sampling temperature (`scheduled_temperature`); None: config.temperature.
   temperature: jax.Array | None = None
 
 
@@ -73,14 +65,12 @@ SPAN_MAX_WORDS = 10
 
 def select_positions(rng, input_ids, mask_prob: float, special: SpecialIds = SpecialIds(),
                      selection: str = 'token') -> Masked:
-  """The positions to predict, with the input still unchanged (`input_ids` as given).
+  """The positions to predict among the `candidates`, the input unchanged.
 
-  Candidates are non-padding tokens other than [CLS], [SEP] and [MASK]. Each sequence predicts
-  max(1, min(N, round(num_tokens * mask_prob))) tokens, num_tokens counting [CLS]/[SEP].
-  `selection` 'token' draws them one by one; 'whole_word' and 'span' draw whole words
-  (`select_words`), so a sequence may predict fewer when no remaining word fits the budget.
-  Deliberate difference from the original: positions are drawn WITHOUT replacement (uniform
-  random scores, top-N), where the original's sampling with replacement allowed duplicates.
+  Each sequence predicts max(1, min(N, round(num_tokens * mask_prob))) tokens, num_tokens
+  counting [CLS]/[SEP]; 'whole_word' and 'span' may predict fewer when no word left fits.
+  Deliberate difference from the original: positions are drawn WITHOUT replacement (top-N of
+  uniform scores), where the original's sampling with replacement allowed duplicates.
   """
   batch, length = input_ids.shape
   slots = num_slots(length, mask_prob)
@@ -100,12 +90,10 @@ def select_positions(rng, input_ids, mask_prob: float, special: SpecialIds = Spe
 
 
 def word_numbers(input_ids, special: SpecialIds):
-  """[B, L] the word each candidate token belongs to, numbered from 0 in each sequence; -1 for
-  the other tokens.
+  """[B, L] the word each candidate token belongs to, from 0 in each sequence; -1 elsewhere.
 
-  A word starts at a piece the vocabulary marks as a word start (sentencepiece's '▁', any
-  WordPiece piece without '##') and at any candidate after a non-candidate ([CLS], [SEP], [MASK]),
-  so a word never spans a special token.
+  A word starts at a piece the vocabulary marks (sentencepiece's '▁', a WordPiece piece without
+  '##') and at any candidate after a non-candidate, so a word never spans a special token.
   """
   if not special.word_starts:
     raise ValueError('whole-word and span masking need the vocabulary\'s word starts: build '
@@ -118,12 +106,11 @@ def word_numbers(input_ids, special: SpecialIds):
 
 
 def select_words(rng, input_ids, budget, slots: int, special: SpecialIds, selection: str):
-  """[B, L] True at the tokens of the selected whole words, at most `budget` [B] (<= `slots`)
-  per sequence.
+  """[B, L] True at the tokens of the selected words, at most `budget` [B] (<= `slots`) each.
 
   'whole_word' is BERT's --do_whole_word_mask: the words in a random order, each taken if its
-  tokens still fit the budget. 'span' is SpanBERT's: spans of span_lengths() words from uniformly
-  drawn starting words not yet selected, each cut to the words that still fit.
+  tokens still fit. 'span' is SpanBERT's: spans of span_lengths() words from uniformly drawn
+  starting words not yet selected, each cut to the words that still fit.
   """
   words = word_numbers(input_ids, special)
   batch, length = words.shape
@@ -164,12 +151,8 @@ def span_lengths(rng, shape, p: float = SPAN_P, max_words: int = SPAN_MAX_WORDS)
 
 
 def _spans(rng, sizes, budget, num_attempts: int):
-  """[B, W] the words of SpanBERT-style spans, from `num_attempts` draws.
-
-  Each attempt draws a length and a starting word; a start already selected is passed over, and a
-  span is cut after the last of its words whose tokens still fit the budget. One attempt per slot
-  is enough: every accepted span adds at least one token.
-  """
+  """[B, W] the words of SpanBERT-style spans, from `num_attempts` draws (one per slot is
+  enough: every accepted span adds a token). A start already selected is passed over."""
   batch, num_words = sizes.shape
   length_rng, start_rng = jax.random.split(rng)
   lengths = span_lengths(length_rng, (num_attempts, batch))
@@ -193,11 +176,8 @@ def _spans(rng, sizes, budget, num_attempts: int):
 
 def mask_inputs(rng, input_ids, mask_prob: float, special: SpecialIds = SpecialIds(),
                 mask_token_prob: float = 0.85, selection: str = 'token') -> Masked:
-  """ELECTRA's masking: selects positions and writes [MASK] into 85% of them.
-
-  A selected position keeps its token with probability 1 - mask_token_prob; ELECTRA never
-  writes random tokens (unlike BERT's 80/10/10, `bert_mask_inputs`).
-  """
+  """ELECTRA's masking: [MASK] at 85% of the selected positions, the rest unchanged (never a
+  random token, unlike BERT's 80/10/10)."""
   select_rng, keep_rng = jax.random.split(rng)
   selected = select_positions(select_rng, input_ids, mask_prob, special, selection)
   use_mask_token = (jax.random.bernoulli(keep_rng, mask_token_prob, selected.positions.shape)
@@ -209,11 +189,7 @@ def mask_inputs(rng, input_ids, mask_prob: float, special: SpecialIds = SpecialI
 def bert_mask_inputs(rng, input_ids, mask_prob: float, vocab_size: int,
                      special: SpecialIds = SpecialIds(), mask_token_prob: float = 0.8,
                      random_token_prob: float = 0.1, selection: str = 'token') -> Masked:
-  """BERT's masking: the same selection; of the selected, 80% [MASK], 10% random, 10% unchanged.
-
-  The random token is drawn uniformly from the non-special ids (`random_tokens`); like BERT's,
-  it may by chance equal the original.
-  """
+  """BERT's masking: of the selected, 80% [MASK], 10% `random_tokens`, 10% unchanged."""
   select_rng, choice_rng, token_rng = jax.random.split(rng, 3)
   selected = select_positions(select_rng, input_ids, mask_prob, special, selection)
   choice = jax.random.uniform(choice_rng, selected.positions.shape)
@@ -225,12 +201,8 @@ def bert_mask_inputs(rng, input_ids, mask_prob: float, vocab_size: int,
 
 
 def random_tokens(rng, shape, vocab_size: int, special: SpecialIds = SpecialIds()):
-  """Ids uniform over [0, vocab_size) without [PAD], [UNK], [CLS], [SEP] and [MASK].
-
-  BERT's own data code drew from the whole vocabulary; a special token written into the text
-  would be one the model never sees there. Other reserved pieces (a WordPiece vocab's [unused*])
-  stay candidates: nothing marks them special.
-  """
+  """Ids uniform over [0, vocab_size) without [PAD], [UNK], [CLS], [SEP] and [MASK] (BERT drew
+  from the whole vocabulary; a special token in the text is one never seen there)."""
   excluded = sorted(set(special.ids()))
   ids = jax.random.randint(rng, shape, 0, vocab_size - len(excluded))
   for special_id in excluded:  # ascending, so each shift moves past the excluded ids below it
@@ -245,19 +217,17 @@ def write(masked: Masked, values) -> Masked:
 
 
 def scatter(input_ids, positions, values, weights):
-  """input_ids with `values` written at `positions` wherever `weights` is set.
-
-  Unused slots point at positions that must stay as they are, so they are routed out of range
-  and dropped instead of written.
-  """
+  """input_ids with `values` written at `positions` wherever `weights` is set."""
   rows = jnp.arange(input_ids.shape[0])[:, None]
-  positions = jnp.where(weights, positions, input_ids.shape[1])
+  positions = jnp.where(weights, positions, input_ids.shape[1])  # unused slots: out of range
   return input_ids.at[rows, positions].set(values, mode='drop')
 
 
-def scheduled_temperature(config, step) -> jax.Array:
-  """The temperature of train step `step`: config.temperature_start at step 0, moving linearly
-  to config.temperature at config.num_train_steps (and staying there)."""
+def scheduled_temperature(config, step) -> jax.Array | None:
+  """Step `step`'s temperature: linear from config.temperature_start at step 0 to
+  config.temperature at num_train_steps; None where temperature_start is 0 (no schedule)."""
+  if not config.temperature_start:
+    return None
   progress = jnp.minimum(jnp.asarray(step, jnp.float32) / max(config.num_train_steps, 1), 1.0)
   return config.temperature_start + (config.temperature - config.temperature_start) * progress
 
@@ -271,17 +241,13 @@ SAMPLERS = ('categorical', 'inverse_cdf')
 
 
 def sample_replacements(keys, logits, temperature: float, sampler: str = 'categorical'):
-  """Tokens drawn from softmax(logits / temperature), one key per sequence; no gradient flows.
+  """Tokens drawn from softmax(logits / temperature), one key per sequence (so gradient
+  accumulation reproduces the full batch exactly); no gradient flows.
 
-  Per-sequence keys make a sequence's samples independent of which batch or micro-batch it is
-  in, so gradient accumulation reproduces the full batch exactly.
-
-  'categorical' is `jax.random.categorical`: Gumbel noise on every vocabulary entry, then an
-  argmax ([B, P, V] random numbers and two logarithms each). 'inverse_cdf' draws one uniform per
-  slot and finds where it falls in the cumulative softmax: the same distribution from [B, P]
-  random numbers (up to float32 rounding of the cumulative sum, ~1e-7 of the total), other
-  draws. On a CPU, where threefry's bits are costly, that is ~7% of an ELECTRA-Small step
-  (docs/performance.md).
+  'categorical' puts Gumbel noise on every vocabulary entry ([B, P, V] random numbers).
+  'inverse_cdf' finds one uniform per slot in the cumulative softmax: the same distribution (up
+  to float32 rounding, ~1e-7 of the total), other draws, and ~7% of an ELECTRA-Small step less
+  on a CPU, where threefry's bits are costly (docs/performance.md).
   """
   logits = jax.lax.stop_gradient(logits) / temperature
   if sampler == 'categorical':
@@ -296,11 +262,9 @@ def sample_replacements(keys, logits, temperature: float, sampler: str = 'catego
 def _inverse_cdf_draw(key, seq_logits):
   """[P] tokens for one sequence's [P, V] logits: token i where cdf[i-1] <= u * total < cdf[i].
 
-  In two levels, so that no [P, V] cumulative sum is taken (XLA:CPU's is slower than the
-  exponentials themselves; 162 ms for [16, 20, 32768] on a busy core): the vocabulary is cut
-  into blocks of ~sqrt(V) entries, the block is found in the cumulative block sums, then the
-  token in that block's own cumulative sum. The same tokens as one cumulative sum over V for the
-  same uniform, up to float32 rounding at the boundaries between tokens.
+  In two levels, blocks of ~sqrt(V) entries then a token within the block, so that no [P, V]
+  cumulative sum is taken (XLA:CPU's is slower than the exponentials; 162 ms for [16, 20, 32768]
+  on a busy core). The same tokens as one cumsum over V, up to float32 rounding.
   """
   vocab = seq_logits.shape[-1]
   block = 1 << max(0, math.ceil(math.log2(math.sqrt(vocab))))
@@ -335,12 +299,9 @@ def last_positive(weights):
 def unigram_replacements(rng, input_ids, shape, special: SpecialIds = SpecialIds()):
   """Tokens [shape] drawn from the unigram distribution of the text in `input_ids`.
 
-  Each is the token at a uniformly drawn candidate position (not padding, [CLS], [SEP] or [MASK])
-  of the whole batch, so a draw is token t with probability count(t) / count(all), the batch's
-  unigram frequency. The batch is a random draw of the data, so a replacement's distribution is
-  the data's unigram distribution: exactly when every example holds as many candidates (packed
-  examples nearly all do), else up to the spread of their lengths. Draws in one batch share its
-  counts.
+  Each is the token at a uniformly drawn candidate position of the whole batch: the batch's
+  unigram frequency, and so the data's, exactly when every example holds as many candidates
+  (packed examples nearly all do). Draws in one batch share its counts.
   """
   flat = input_ids.ravel()
   is_candidate = candidates(flat, special)
@@ -351,10 +312,8 @@ def unigram_replacements(rng, input_ids, shape, special: SpecialIds = SpecialIds
 
 
 def replace_and_label(input_ids, masked: Masked, sampled):
-  """Originals with the samples written in, and labels 1.0 only where the token changed.
-
-  A sample that happens to equal the original token is labelled original (0), as in the paper.
-  """
+  """Originals with the samples written in, and labels 1.0 only where the token changed (a
+  sample equal to the original is labelled original, as in the paper)."""
   fake_ids = scatter(input_ids, masked.positions, sampled, masked.weights > 0)
   return fake_ids, (fake_ids != input_ids).astype(jnp.float32)
 

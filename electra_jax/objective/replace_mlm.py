@@ -1,20 +1,17 @@
 """The paper's 'Replace MLM' ablation (Clark et al., 2020, section 3.2, Table 5: 82.4 GLUE).
 
-A masked language model whose masked positions hold generator samples instead of [MASK]: it
-isolates how much of ELECTRA's gain comes from the pretrain/fine-tune mismatch of [MASK].
-The generator runs exactly as in ELECTRA (same masking, same MLM loss on its [MASK]ed input,
-samples drawn under stop_gradient); the discriminator-sized network (`model.ReplaceMLM.predict`,
-output layer tied to the shared embeddings) reads the original sequence with the samples
-written in and predicts the ORIGINAL token at every selected position, replaced or not:
+A masked LM whose masked positions hold generator samples instead of [MASK]: how much of
+ELECTRA's gain comes from the pretrain/fine-tune mismatch of [MASK]. The generator runs as in
+ELECTRA; the discriminator-sized network (`model.ReplaceMLM.predict`) reads the text with the
+samples written in and predicts the ORIGINAL token at every selected position, replaced or not:
 
   loss = gen_weight * MLM_gen + MLM_disc,  MLM_* = -sum_{selected} log softmax(logits)[original]
                                                    / #selected
 
-Weight 1 on MLM_disc: ELECTRA's disc_weight=50 exists because a binary loss per token is much
-smaller than a V-way cross-entropy; here both terms are V-way cross-entropies over the same
-positions, on the same scale, and the paper names no other weight. config.disc_weight does not
-apply. Metrics: mlm_* and sampled_accuracy are the generator's (as ELECTRA's), disc_mlm_* the
-predicting network's, replaced_fraction the share of tokens the samples changed.
+Weight 1 on MLM_disc (config.disc_weight does not apply): ELECTRA's 50 makes up for a binary
+loss being much smaller than a V-way cross-entropy; here both terms are V-way, and the paper
+names no other weight. Metrics: mlm_* and sampled_accuracy are the generator's, disc_mlm_* the
+predicting network's.
 """
 
 import jax
@@ -27,13 +24,10 @@ from electra_jax.objective.masking import Prepared, SpecialIds
 prepare = electra.prepare  # the same masking and sampling keys
 
 
-
-
-
 def generate_and_replace(apply_fn, variables, batch, prepared: Prepared, gen_rng,
                          config: ml_collections.ConfigDict, train: bool):
-  """ELECTRA's steps 4-6: the generator's logits at the selected positions, the samples, and
-  the original sequence with them written in, with 1.0 where that changed the token."""
+  """ELECTRA's steps 4-6: generator logits, samples, the text with them written in, and 1.0
+  where that changed the token."""
   masked = prepared.masked
   gen_logits = apply_fn(variables, masked.input_ids, batch['segment_ids'], masked.positions,
                         not train, method='generate', rngs={'dropout': gen_rng})
@@ -58,12 +52,9 @@ def generator_stats(gen_logits, sampled, prepared: Prepared, replaced, input_mas
 
 def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng,
                  config: ml_collections.ConfigDict, train: bool = True,
-                 special: SpecialIds = SpecialIds()):
-  """gen_weight * MLM_gen + MLM_disc of `batch` as its share of the whole batch's.
-
-  apply_fn is `ReplaceMLM.apply`. Denominators are whole-batch counts, as in
-  `electra.partial_loss`, so micro-batches add up to the batch.
-  """
+                 special: SpecialIds = SpecialIds(), auc: bool = False):
+  """gen_weight * MLM_gen + MLM_disc of `batch` as its share of the whole batch's."""
+  del auc  # no replaced-token detector
   gen_rng, disc_rng = jax.random.split(dropout_rng)
   masked, variables = prepared.masked, {'params': params}
   input_mask = (batch['input_ids'] != special.pad).astype(jnp.float32)

@@ -1,23 +1,15 @@
 """ELECTRA with a unigram generator (config.generator_kind='unigram'; the paper's section 3.2).
 
-No generator network: each selected position gets a token drawn from the data's unigram
-distribution (`masking.unigram_replacements`), and the discriminator learns to tell those from
-the originals. The paper trains this as its weakest generator (Figure 3, left: "Unigram"), the
-point where replacements carry no context at all. Everything else is ELECTRA's: the selection of
-positions, the labels (a draw equal to the original is an original) and the RTD loss at every
-token, weighted by disc_weight:
-
-  loss = disc_weight * sum_{tokens} BCE(disc_logit, replaced) / #tokens
-
-Nothing reads [MASK] here, so none is written: the draws go straight into the selected positions.
-The network is `model.Discriminator`, whose parameters ELECTRA's discriminator has under the same
-names, so fine-tuning and export read it as they read an ELECTRA run.
+No generator network: each selected position gets a draw from the data's unigram distribution
+(`masking.unigram_replacements`), the paper's weakest generator (Figure 3, left: "Unigram"),
+whose replacements carry no context. Nothing reads [MASK], so none is written. Everything else
+is ELECTRA's (selection, labels, the RTD loss at every token weighted by disc_weight), and the
+network is `model.Discriminator`, read by fine-tuning and export as an ELECTRA run.
 """
 
 import jax
 import jax.numpy as jnp
 import ml_collections
-import optax
 
 from electra_jax.objective import electra, masking
 from electra_jax.objective.masking import Prepared, SpecialIds
@@ -25,11 +17,10 @@ from electra_jax.objective.masking import Prepared, SpecialIds
 
 def prepare(rng, input_ids, config: ml_collections.ConfigDict,
             special: SpecialIds = SpecialIds()) -> Prepared:
-  """Selected positions with unigram draws written in, for the whole batch; nothing is left to
-  sample in the loss, so there are no sample keys."""
+  """Selected positions with unigram draws written in, for the whole batch; no sample keys."""
   select_rng, draw_rng = jax.random.split(rng)
   selected = masking.select_positions(select_rng, input_ids, config.mask_prob, special,
-                                      config.get('masking', 'token'))
+                                      config.masking)
   drawn = masking.unigram_replacements(draw_rng, input_ids, selected.positions.shape, special)
   return Prepared(masking.write(selected, drawn), None, jnp.sum(selected.weights),
                   masking.count_tokens(input_ids, special))
@@ -37,18 +28,17 @@ def prepare(rng, input_ids, config: ml_collections.ConfigDict,
 
 def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng,
                  config: ml_collections.ConfigDict, train: bool = True,
-                 special: SpecialIds = SpecialIds()):
+                 special: SpecialIds = SpecialIds(), auc: bool = False):
   """disc_weight * RTD of `batch` as its share of the whole batch's; see `electra.partial_loss`."""
   input_ids, masked = batch['input_ids'], prepared.masked
   input_mask = (input_ids != special.pad).astype(jnp.float32)
   labels = (masked.input_ids != input_ids).astype(jnp.float32)
   disc_logits = apply_fn({'params': params}, masked.input_ids, batch['segment_ids'], not train,
                          rngs={'dropout': dropout_rng})
-  per_token = optax.sigmoid_binary_cross_entropy(disc_logits, labels)
-  disc_loss = jnp.sum(per_token * input_mask) / jnp.maximum(prepared.token_count, 1.0)
+  disc_loss = electra.rtd_loss(disc_logits, labels, input_mask, prepared.token_count)
   loss = config.disc_weight * disc_loss
   drawn = jnp.take_along_axis(masked.input_ids, masked.positions, axis=1)
   return loss, {'loss': loss, 'disc_loss': disc_loss,
                 'sampled_correct': jnp.sum((drawn == masked.targets) * masked.weights),
                 'mlm_count': jnp.sum(masked.weights),
-                **electra.disc_counts(disc_logits, labels, input_mask)}
+                **electra.disc_counts(disc_logits, labels, input_mask, auc)}

@@ -1,14 +1,8 @@
 """What the trainer needs from data/: the run's examples, and batches on the mesh.
 
-The examples live either in the local directory (run_vocab.local_dir: data.local_dir, by default
-<workdir>/data, where they are prepared from data.train_files / data.sources on first use) or in
-data.prepared_dir (written once by `python -m electra_jax.prepare`). Prepared examples record
-the sha256 of the vocabulary they were tokenized with, and a run refuses examples of another
-vocabulary.
-
-Batches: the example ids of step s are a pure function of (seed, s) (see data/pipeline.py), so
-the step saved in the checkpoint is the whole iterator state; each process gathers its own rows
-and the global batch is assembled on the mesh with jax.make_array_from_process_local_data.
+The example ids of step s are a pure function of (seed, s) (data/pipeline.py), so the step saved
+in the checkpoint is the whole iterator state; each process gathers its own rows and the global
+batch is assembled on the mesh with jax.make_array_from_process_local_data.
 """
 
 from collections.abc import Iterator
@@ -28,11 +22,11 @@ def load_examples(config: ml_collections.ConfigDict, workdir: str, vocab: vocab_
                   split: str) -> store.ExampleStore | None:
   """The examples of `split` ('train' or 'eval'), or None when the config names none.
 
-  Sources named in the config are prepared once into <local_dir>/<split> (and prepared again
-  when they, the vocabulary, max_seq_length or seed change); otherwise the split comes
-  from data.prepared_dir, whose vocabulary hash and max_seq_length must match the run's. With
-  several processes, train.py lets process 0 prepare first; the others then take its split even
-  though their own copies of the files carry other modification times.
+  Sources named in the config are prepared once into <local_dir>/<split> (data.local_dir, by
+  default <workdir>/data; again when they, the vocabulary, max_seq_length or seed change);
+  otherwise the split comes from data.prepared_dir (`python -m electra_jax.prepare`), whose
+  vocabulary sha256 and max_seq_length must match the run's. With several processes, train.py
+  lets process 0 prepare first; the others take its split though their files' mtimes differ.
   """
   specs = sources_lib.from_config(config.data, split)
   if specs is None:
@@ -54,9 +48,8 @@ def to_global_array(local_batch: dict[str, np.ndarray], sharding) -> dict[str, j
 
 
 def _global_batch(examples, config: ml_collections.ConfigDict, step: int, sharding):
-  batch = pipeline.local_batch(examples, config.batch_size, config.seed, step,
-                               jax.process_index(), jax.process_count())
-  return to_global_array(batch, sharding)
+  return to_global_array(pipeline.local_batch(examples, config.batch_size, config.seed, step,
+                                              jax.process_index(), jax.process_count()), sharding)
 
 
 def train_batches(examples, config: ml_collections.ConfigDict, first_step: int,
@@ -64,12 +57,10 @@ def train_batches(examples, config: ml_collections.ConfigDict, first_step: int,
   """The global batches of steps first_step, first_step + 1, ... < num_train_steps, in order.
 
   A background thread gathers and transfers up to data.prefetch_batches batches ahead, so the
-  step never waits for input. What each step gets is still a pure function of (seed, step).
-  Close the iterator (or let it be collected) to stop the thread.
+  step never waits for input; closing the iterator (or its collection) stops the thread.
   """
   steps = range(first_step, config.num_train_steps)
-  depth = config.data.prefetch_batches
-  if depth <= 0:
+  if (depth := config.data.prefetch_batches) <= 0:
     yield from (_global_batch(examples, config, step, sharding) for step in steps)
     return
   ready, stop = queue.Queue(maxsize=depth), threading.Event()

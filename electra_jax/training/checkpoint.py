@@ -20,8 +20,8 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from electra_jax.training import abandoned_reads
 from electra_jax.common import storage
+from electra_jax.common import config as config_lib
 from electra_jax.common.errors import UsageError
 
 DAMAGED = 'damaged_checkpoints'  # beside checkpoints/: where config.checkpoint_fallback moves them
@@ -108,7 +108,6 @@ def restore(manager: ocp.CheckpointManager, step: int, state, run_identity: dict
   try:
     return manager.restore(step, args=ocp.args.StandardRestore(target))
   except Exception as e:  # pylint: disable=broad-except
-    abandoned_reads.settle_before_exit()
     if _is_other_layout(e):  # readable, only laid out otherwise: not damage, nothing to set aside
       raise UsageError(
           f'{name} holds a training state laid out otherwise than this run builds (Orbax: '
@@ -135,7 +134,6 @@ def restore_params(manager: ocp.CheckpointManager, step: int, params,
     return reader.restore(step, args=ocp.args.PyTreeRestore(
         item=item, restore_args=host_arrays, partial_restore=True))['params']
   except Exception as e:  # pylint: disable=broad-except
-    abandoned_reads.settle_before_exit()
     raise DamagedCheckpoint(f'{name} cannot be read: {_reason(e)}') from None
   finally:
     reader.close()
@@ -145,12 +143,10 @@ def _check_fits(manager: ocp.CheckpointManager, step: int, params,
                 run_identity: dict | None) -> str:
   """The checkpoint's name, once its metadata reads and its parameters fit `params`."""
   name = f'checkpoint {manager.directory}/{step}'
-  abandoned_reads.keep_quiet(str(manager.directory))  # reading metadata reads many files too
   try:
     saved_identity = manager.metadata(step).custom_metadata or {}
     saved_params = manager.item_metadata(step)['params']
   except Exception as e:  # pylint: disable=broad-except  (any unreadable file is damage)
-    abandoned_reads.settle_before_exit()
     raise DamagedCheckpoint(f'{name} cannot be read: {_reason(e)}') from None
   # The objective first (it explains every tensor that differs), then the shapes (they name the
   # tensor), then the model fields no shape shows (num_heads, dropout rates).
@@ -200,16 +196,17 @@ def _set_aside(manager: ocp.CheckpointManager, step: int) -> str:
 
 
 def _check_objective(name: str, saved: dict, wanted: dict):
-  if saved.get('objective') != wanted['objective']:
-    raise UsageError(f"{name} was written by a run of objective {saved.get('objective')!r}, "
-                     f"not {wanted['objective']!r}; use a new --workdir or "
-                     f"--config.objective={saved.get('objective')}")
+  saved = config_lib.upgrade(saved)
+  if saved.objective != wanted['objective']:
+    raise UsageError(f'{name} was written by a run of objective {saved.objective!r}, not '
+                     f"{wanted['objective']!r}; use a new --workdir or "
+                     f'--config.objective={saved.objective}')
 
 
 def _check_model(name: str, saved: dict, wanted: dict):
-  saved_model = saved.get('model', {})
-  changed = [f'{k}: checkpoint {saved_model.get(k)!r}, now {v!r}'
-             for k, v in wanted['model'].items() if saved_model.get(k, v) != v]
+  saved_model = config_lib.upgrade(saved).model  # fields added since: the value runs had then
+  changed = [f'{k}: checkpoint {saved_model[k]!r}, now {v!r}'
+             for k, v in wanted['model'].items() if saved_model[k] != v]
   if changed:
     raise UsageError(f"{name} was written by a different model ({', '.join(changed)}); use a "
                      'new --workdir or the config that run was started with')

@@ -1,18 +1,15 @@
 """XLA's compiled steps kept on disk, so that a run started again does not compile them again.
 
-A run resumes often: after a preemption (spot TPUs) or a crash. Each time, the train step is
-the same program, and compiling it is not free: `base` takes 308 s for a v4-8
-(docs/performance.md), `tiny` 15 s on a CPU. JAX's persistent compilation cache keeps each
-compiled program under a key of its HLO, options and backend, and a later process that builds
-the same program reads it back. (A resume with more steps or another learning rate builds
-another program: the schedule is compiled into the step.)
+A run resumes often (preemption, a crash), and compiling its step is not free: `base` takes 308 s
+for a v4-8 (docs/performance.md), `tiny` 15 s on a CPU. JAX's persistent cache keys each program by
+its HLO, options and backend (a resume with more steps or another learning rate builds another
+program: the schedule is compiled into the step).
 
-config.compilation_cache_dir says where: '' (the default) is $JAX_COMPILATION_CACHE_DIR where
-set, else <workdir>/compilation_cache, which goes wherever the run goes (a bucket, the next VM
-of a preempted slice); a path or gs:// URI; 'none' turns the cache off. JAX writes entries only
-from process 0 and every process reads them, so on a pod slice the cache belongs on storage all
-workers share, as a gs:// workdir is. Whoever can write to the cache can make the run execute
-their code (JAX's warning): keep it where only you write, as the workdir is.
+config.compilation_cache_dir says where: '' (the default) is $JAX_COMPILATION_CACHE_DIR where set,
+else <workdir>/compilation_cache, which goes wherever the run goes; a path or gs:// URI; 'none'
+turns the cache off. JAX writes entries only from process 0 and every process reads them, so on a
+pod slice the cache belongs on storage all workers share. Whoever can write to the cache can make
+the run execute their code (JAX's warning): keep it where only you write.
 """
 
 import os
@@ -20,14 +17,13 @@ import os
 import jax
 from jax.experimental.compilation_cache import compilation_cache
 
-# What JAX records each time it reads a compiled program from the cache (jax._src.compiler).
+# The jax.monitoring event JAX records each time it reads a compiled program from the cache.
 HIT_EVENT = '/jax/compilation_cache/cache_hits'
 _hits = 0
 _listening = False
 
 
-def _count(event: str, **kwargs):
-  del kwargs
+def _count(event: str, **unused_kwargs):
   global _hits
   if event == HIT_EVENT:
     _hits += 1
@@ -35,10 +31,8 @@ def _count(event: str, **kwargs):
 
 def cache_dir(setting: str, workdir: str) -> str | None:
   """Where the compiled steps are kept (None: nowhere) for config.compilation_cache_dir."""
-  if setting == 'none':
-    return None
-  return (setting or os.environ.get('JAX_COMPILATION_CACHE_DIR')
-          or os.path.join(workdir, 'compilation_cache'))
+  return None if setting == 'none' else (setting or os.environ.get('JAX_COMPILATION_CACHE_DIR')
+                                          or os.path.join(workdir, 'compilation_cache'))
 
 
 def use(setting: str, workdir: str) -> str | None:

@@ -4,31 +4,22 @@ Read from the compiled executable and its partitioned HLO text, so the numbers a
 the program that would run, not a model of it (training/aot.py compiles the programs).
 """
 
-import functools
+import math
 import re
 
 import jax
 import jax.numpy as jnp
 
 
-def tree_bytes(tree, per_device: bool = True) -> int:
+def tree_bytes(tree) -> int:
   """Bytes of the abstract arrays in `tree` on one device (its shard of each)."""
-  total = 0
-  for leaf in jax.tree.leaves(tree):
-    shape = leaf.sharding.shard_shape(leaf.shape) if per_device else leaf.shape
-    count = 1
-    for n in shape:
-      count *= n
-    total += count * jnp.dtype(leaf.dtype).itemsize
-  return total
+  return sum(math.prod(leaf.sharding.shard_shape(leaf.shape)) * jnp.dtype(leaf.dtype).itemsize
+             for leaf in jax.tree.leaves(tree))
 
 
 def memory(compiled, hbm_bytes: int) -> dict:
-  """XLA's memory analysis of one device's program, in bytes.
-
-  Donated inputs alias outputs (the new state is written over the old), so the total counts
-  them once: arguments + outputs - aliased + temporaries + the program itself.
-  """
+  """XLA's memory analysis of one device's program, in bytes. Donated inputs alias outputs (the
+  new state is written over the old), so the total counts them once."""
   m = compiled.memory_analysis()
   total = (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
            + m.temp_size_in_bytes + m.generated_code_size_in_bytes)
@@ -43,6 +34,7 @@ def cost(compiled) -> dict:
   analysis = compiled.cost_analysis()
   if isinstance(analysis, (list, tuple)):  # older JAX: one dict per program
     analysis = analysis[0]
+  # XLA's keys vary by backend and version; a count it leaves out is taken as 0.
   return {'flops': float(analysis.get('flops', 0.0)),
           'bytes_accessed': float(analysis.get('bytes accessed', 0.0))}
 
@@ -63,11 +55,9 @@ def _arrays(shape_text: str) -> list[tuple[str, tuple[int, ...]]]:
 
 
 def collectives(hlo_text: str) -> list[dict]:
-  """Every collective of a compiled (partitioned) HLO module: op, arrays, bytes, source op.
-
-  An async pair counts once, at its -start. An all-gather-start's or collective-permute-start's
-  result holds its operands and then its results: only the second half is what it moves.
-  """
+  """Every collective of a compiled (partitioned) HLO module: op, arrays, bytes, source op. An
+  async pair counts once, at its -start, whose result (all-gather, collective-permute) holds its
+  operands and then its results: only the second half is what it moves."""
   found = []
   for line in hlo_text.splitlines():
     match = _INSTRUCTION.match(line)
@@ -76,7 +66,7 @@ def collectives(hlo_text: str) -> list[dict]:
     arrays = _arrays(match['shape'])
     if match['suffix'] == '-start' and match['op'] in ('all-gather', 'collective-permute'):
       arrays = arrays[len(arrays) // 2:]
-    elements = [functools.reduce(lambda a, b: a * b, dims, 1) for _, dims in arrays]
+    elements = [math.prod(dims) for _, dims in arrays]
     op_name = _OP_NAME.search(line)
     found.append({'op': match['op'], 'arrays': arrays, 'elements': sum(elements),
                   'bytes': sum(n * _DTYPE_BYTES[d] for n, (d, _) in zip(elements, arrays)),
@@ -87,8 +77,7 @@ def collectives(hlo_text: str) -> list[dict]:
 def random_bit_elements(hlo_text: str) -> int:
   """How many random words the XLA RngBitGenerator instructions of a compiled program make (per
   device, once partitioned): rng_impl=rbg's bits. Threefry's are arithmetic and count 0 here."""
-  return sum(functools.reduce(lambda a, b: a * b, dims, 1)
-             for line in hlo_text.splitlines() if ' rng-bit-generator(' in line
+  return sum(math.prod(dims) for line in hlo_text.splitlines() if ' rng-bit-generator(' in line
              for dtype, dims in _arrays(line.split(' rng-bit-generator(')[0].split('=', 1)[-1])
              if dtype != 'u64')  # the generator's state, where the result shows it
 
@@ -99,9 +88,8 @@ def collective_summary(found: list[dict], params) -> dict:
   Pure data parallelism all-reduces every gradient once per step: the all-reduced elements come
   to the parameter count, plus a few scalars (the step's statistics). An all-gather whose result
   has a parameter's shape would mean parameters (or optimizer state) sharded and re-gathered.
-  What XLA actually emits for ELECTRA is a little more (docs/performance.md, "Compiled for a TPU"):
-  the shared embedding block gets one gradient from the generator and one from the
-  discriminator, and XLA all-reduces the two partial sums separately before adding them.
+  ELECTRA's is a little more (docs/performance.md, "Compiled for a TPU"): the shared embeddings'
+  gradients from the generator and the discriminator are all-reduced before they are added.
   """
   summary = {}
   for kind in COLLECTIVES:
@@ -113,7 +101,7 @@ def collective_summary(found: list[dict], params) -> dict:
   reduced = [(dtype, dims) for c in found if c['op'] == 'all-reduce' for dtype, dims in c['arrays']]
   gathers = [c for c in found if c['op'] == 'all-gather']
   parameters = sum(p.size for p in jax.tree.leaves(params))
-  arrays = sum(functools.reduce(lambda a, b: a * b, dims, 1) for _, dims in reduced if dims)
+  arrays = sum(math.prod(dims) for _, dims in reduced if dims)
   summary['gradient'] = {
       'parameters': parameters,
       # Arrays (not scalars: those are the step's statistics) all-reduced per step, in elements.
@@ -132,10 +120,6 @@ _CUSTOM_CALL = re.compile(r'^\s*(?:ROOT\s+)?%(?P<name>\S+)\s*=\s*(?P<results>.+?
                           r'(?P<operands>[^)]*)\).*custom_call_target="tpu_custom_call"')
 _DEFINITION = re.compile(r'^\s*(?:ROOT\s+)?%(?P<name>\S+)\s*=\s*(?P<shape>.+?)\s+[\w\-\.]+\(')
 _FLOAT = ('bf16', 'f16', 'f32')
-
-
-def _elements(dims) -> int:
-  return functools.reduce(lambda a, b: a * b, dims, 1)
 
 
 def attention_kernel_matmuls(name: str, results: list) -> int:
@@ -159,10 +143,7 @@ def pallas_kernels(hlo_text: str) -> dict:
   and results' (each read or written once: true where one block spans the sequence, L <= 512).
   `flops_not_in_xla` is what the roofline adds to XLA's count.
   """
-  shapes = {}
-  for line in hlo_text.splitlines():
-    if match := _DEFINITION.match(line):
-      shapes[match['name']] = match['shape']
+  shapes = {m['name']: m['shape'] for m in map(_DEFINITION.match, hlo_text.splitlines()) if m}
   found = {}
   for line in hlo_text.splitlines():
     if not (match := _CUSTOM_CALL.match(line)):
@@ -174,16 +155,14 @@ def pallas_kernels(hlo_text: str) -> dict:
     flops = 0
     if len(per_head) >= 2:
       q, k = per_head[0], per_head[1]
-      flops = attention_kernel_matmuls(match['name'], results) * 2 * _elements(q[:-2]) * (
+      flops = attention_kernel_matmuls(match['name'], results) * 2 * math.prod(q[:-2]) * (
           q[-2] * k[-2] * q[-1])
     kind = re.sub(r'(_block.*|\.\d+)$', '', match['name'])
     entry = found.setdefault(kind, {'count': 0, 'flops': 0, 'bytes': 0, 'flops_not_in_xla': 0})
     entry['count'] += 1
     entry['flops'] += flops
-    entry['bytes'] += sum(_elements(dims) * _DTYPE_BYTES[d] for d, dims in operands + results)
+    entry['bytes'] += sum(math.prod(dims) * _DTYPE_BYTES[d] for d, dims in operands + results)
     if '"cost_estimate"' not in line:
       entry['flops_not_in_xla'] += flops
-  return {'count': sum(e['count'] for e in found.values()),
-          'flops': sum(e['flops'] for e in found.values()),
-          'flops_not_in_xla': sum(e['flops_not_in_xla'] for e in found.values()),
-          'bytes': sum(e['bytes'] for e in found.values()), 'kernels': found}
+  totals = {k: sum(e[k] for e in found.values()) for k in ('count', 'flops', 'flops_not_in_xla')}
+  return {**totals, 'bytes': sum(e['bytes'] for e in found.values()), 'kernels': found}

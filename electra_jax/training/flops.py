@@ -15,37 +15,23 @@ Counted: the matrix multiplications, at 2 FLOPs per multiply-add, of
   vocabulary projection  2·P·E·V                  onto the tied word embeddings, same positions
   discriminator head     2·T·H² + 2·T·H           dense H -> H, then H -> 1 at every token
 
-for config.objective='electra'. BERT's masked LM ('mlm') is the discriminator-sized network with
-the generator's kind of head and no generator:
+for config.objective='electra'. BERT's masked LM ('mlm') is the discriminator over all T tokens
+with an mlm head 2·P·H·E (dense H -> E at the selected positions) and the vocabulary projection
+2·P·E·V, and no generator. 'electra_15' costs what 'electra' costs (only where the loss is counted
+differs). 'replace_mlm' is the generator as above plus the 'mlm' parts (a second vocabulary
+projection: the generator has its own), and 'all_tokens_mlm' the same with the mlm head and the
+second vocabulary projection at all T tokens (2·T·H·E, 2·T·E·V) and a copy head 2·T·H. 'electric'
+has two generator-sized towers (each as a network above, over all T tokens; their attention is
+one-directional but computed, and counted, as a full L x L product), a cloze head 2·T·(2·Hg)·E on
+their concatenation, the vocabulary projection at every token (2·T·E·V), and ELECTRA's
+discriminator and head.
 
-  discriminator          as above, over all T tokens
-  mlm head               2·P·H·E                  dense H -> E at the selected positions
-  vocabulary projection  2·P·E·V
-
-'electra_15' costs what 'electra' costs (only where the loss is counted differs). 'replace_mlm'
-is the generator as above plus the discriminator-sized MLM:
-
-  discriminator          as above, over all T tokens
-  mlm head               2·P·H·E                  at the selected positions
-  vocabulary projection  2·P·E·V                  a second one: the generator has its own
-
-and 'all_tokens_mlm' the same with the mlm head and the second vocabulary projection at all T
-tokens (2·T·H·E, 2·T·E·V) and a copy head 2·T·H. 'electric' has two generator-sized towers
-(each as a network above, over all T tokens; their attention is one-directional but computed,
-and counted, as a full L x L product), a cloze head on their concatenation and the vocabulary
-projection at every token, and ELECTRA's discriminator and head:
-
-  generator              2 x (a network of width Hg)
-  cloze head             2·T·(2·Hg)·E
-  vocabulary projection  2·T·E·V
-
-with T = B·L tokens and P = B·N selected positions (N slots per sequence, all of them computed,
-used or not). Training costs 3x the forward pass: the backward pass computes a gradient for
-both operands of every product, at twice the forward cost. A frozen generator
-(config.generator_init) costs its forward pass alone: nothing is differentiated through it, so
-its parts (GENERATOR_PARTS) count once. Not counted: embedding lookups,
-LayerNorm, GELU, softmax, biases, the loss, sampling and the optimizer, all linear in the
-parameter or token count and small next to the matmuls.
+T = B·L tokens, P = B·N selected positions (N slots per sequence, all computed, used or not).
+Training costs 3x the forward pass: the backward pass computes a gradient for both operands of
+every product, at twice the forward cost. A frozen generator (config.generator_init) costs its
+forward pass alone: nothing is differentiated through it, so its parts (GENERATOR_PARTS) count
+once. Not counted: embedding lookups, LayerNorm, GELU, softmax, biases, the loss, sampling and
+the optimizer, all linear in the parameter or token count and small next to the matmuls.
 """
 
 import ml_collections
@@ -70,72 +56,48 @@ PEAK_BF16_FLOPS = (
 
 def table_peak_flops(device_kind: str) -> float | None:
   """A device's dense bfloat16 peak from PEAK_BF16_FLOPS, or None if it is not listed."""
-  for key, peak in PEAK_BF16_FLOPS:
-    if key in device_kind:
-      return peak
-  return None
+  return next((peak for key, peak in PEAK_BF16_FLOPS if key in device_kind), None)
 
 
-def _encoder_forward(tokens: int, length: int, embedding: int, width: int, ffn: int,
-                     layers: int) -> dict[str, int]:
+def _encoder(name: str, tokens: int, length: int, embedding: int, width: int, ffn: int,
+             layers: int, towers: int = 1) -> dict[str, int]:
   project = 2 * tokens * embedding * width if embedding != width else 0
-  return {
-      'projections': project + layers * 2 * tokens * (4 * width * width + 2 * width * ffn),
-      'attention': layers * 2 * 2 * tokens * length * width,
-  }
+  return {name: towers * (project + layers * 2 * tokens * (4 * width * width + 2 * width * ffn)),
+          f'{name}_attention': towers * layers * 2 * 2 * tokens * length * width}
 
 
 def forward_flops(config: ml_collections.ConfigDict) -> dict[str, int]:
   """Forward-pass matmul FLOPs of one step on the whole batch, by part (see the module doc)."""
-  m = config.model
+  m, objective = config.model, config.objective
   batch, length = config.batch_size, config.max_seq_length
   tokens, positions = batch * length, batch * num_slots(length, config.mask_prob)
-  discriminator = _encoder_forward(tokens, length, m.embedding_size, m.hidden_size,
-                                   m.intermediate_size, m.num_layers)
-  vocabulary_projection = 2 * positions * m.embedding_size * m.vocab_size
-  if config.objective == 'mlm':
-    return {
-        'discriminator': discriminator['projections'],
-        'discriminator_attention': discriminator['attention'],
-        'mlm_head': 2 * positions * m.hidden_size * m.embedding_size,
-        'vocabulary_projection': vocabulary_projection,
-    }
-  discriminator_head = 2 * tokens * m.hidden_size * (m.hidden_size + 1)
-  if config.get('generator_kind', 'mlm') == 'unigram':  # ELECTRA without a generator network
-    return {'discriminator': discriminator['projections'],
-            'discriminator_attention': discriminator['attention'],
-            'discriminator_head': discriminator_head}
-  gen_width = generator_width(m)
-  generator = _encoder_forward(tokens, length, m.embedding_size, gen_width, 4 * gen_width,
-                               generator_depth(m))
-  with_generator = {
-      'generator': generator['projections'],
-      'generator_attention': generator['attention'],
-      'generator_head': 2 * positions * gen_width * m.embedding_size,
-      'vocabulary_projection': vocabulary_projection,
-      'discriminator': discriminator['projections'],
-      'discriminator_attention': discriminator['attention'],
-  }
-  if config.objective in ('electra', 'electra_15'):
-    return {**with_generator, 'discriminator_head': discriminator_head}
-  if config.objective in ('replace_mlm', 'all_tokens_mlm'):
-    predicted = positions if config.objective == 'replace_mlm' else tokens
-    counts = {**with_generator,
-              'mlm_head': 2 * predicted * m.hidden_size * m.embedding_size,
+  discriminator = _encoder('discriminator', tokens, length, m.embedding_size, m.hidden_size,
+                           m.intermediate_size, m.num_layers)
+  if objective == 'mlm':
+    return {**discriminator, 'mlm_head': 2 * positions * m.hidden_size * m.embedding_size,
+            'vocabulary_projection': 2 * positions * m.embedding_size * m.vocab_size}
+  discriminator_head = {'discriminator_head': 2 * tokens * m.hidden_size * (m.hidden_size + 1)}
+  if config.generator_kind == 'unigram':  # ELECTRA without a generator network
+    return {**discriminator, **discriminator_head}
+  width = generator_width(m)
+  generator = _encoder('generator', tokens, length, m.embedding_size, width, 4 * width,
+                       generator_depth(m), towers=2 if objective == 'electric' else 1)
+  if objective == 'electric':
+    return {**generator, 'cloze_head': 2 * tokens * 2 * width * m.embedding_size,
+            'vocabulary_projection': 2 * tokens * m.embedding_size * m.vocab_size,
+            **discriminator, **discriminator_head}
+  with_generator = {**generator, 'generator_head': 2 * positions * width * m.embedding_size,
+                    'vocabulary_projection': 2 * positions * m.embedding_size * m.vocab_size,
+                    **discriminator}
+  if objective in ('electra', 'electra_15'):
+    return {**with_generator, **discriminator_head}
+  if objective in ('replace_mlm', 'all_tokens_mlm'):
+    predicted = positions if objective == 'replace_mlm' else tokens
+    counts = {**with_generator, 'mlm_head': 2 * predicted * m.hidden_size * m.embedding_size,
               'mlm_vocabulary_projection': 2 * predicted * m.embedding_size * m.vocab_size}
-    if config.objective == 'all_tokens_mlm':
+    if objective == 'all_tokens_mlm':
       counts['copy_head'] = 2 * tokens * m.hidden_size
     return counts
-  if config.objective == 'electric':
-    return {
-        'generator': 2 * generator['projections'],
-        'generator_attention': 2 * generator['attention'],
-        'cloze_head': 2 * tokens * 2 * gen_width * m.embedding_size,
-        'vocabulary_projection': 2 * tokens * m.embedding_size * m.vocab_size,
-        'discriminator': discriminator['projections'],
-        'discriminator_attention': discriminator['attention'],
-        'discriminator_head': discriminator_head,
-    }
   raise ValueError(f'no FLOPs count for objective {config.objective!r}; add it to flops.py')
 
 
@@ -144,10 +106,9 @@ GENERATOR_PARTS = ('generator', 'generator_attention', 'generator_head', 'vocabu
 
 
 def train_step_flops(config: ml_collections.ConfigDict) -> int:
-  """Model FLOPs of one training step: forward, backward and nothing else (a frozen generator:
-  its forward only)."""
+  """Model FLOPs of one training step: forward and backward (a frozen generator: forward only)."""
   counts = forward_flops(config)
-  if not config.get('generator_init', ''):  # frozen_generator.enabled, without its imports
+  if config.generator_kind != 'frozen':
     return 3 * sum(counts.values())
   forward_only = sum(counts[part] for part in GENERATOR_PARTS)
   return forward_only + 3 * (sum(counts.values()) - forward_only)

@@ -1,9 +1,9 @@
 """Steps that are not finite (a NaN or Inf in the loss, the gradients or the new parameters).
 
-Inside the compiled step, `guarded_update` never applies such a step's update: the parameters
-and the optimizer state stay bitwise what they were. The step reports a 0/1 flag; the loop folds
-it into a `Watch` on the device (`watch`, no host round-trip per step) and reads that only at
-log and save steps (`read`), where `check` applies config.on_nonfinite:
+Inside the compiled step, `guarded_update` never applies such a step's update: the parameters and
+the optimizer state stay bitwise what they were. The step reports a 0/1 flag; the loop folds it
+into a `Watch` on the device (`watch`, no host round-trip per step) and reads that only at log and
+save steps (`read`), where `check` applies config.on_nonfinite:
 
   'stop'  one error that names the first non-finite step and the last good checkpoint. Every
           save is preceded by a check, so nothing after a non-finite step is ever saved.
@@ -11,9 +11,8 @@ log and save steps (`read`), where `check` applies config.on_nonfinite:
           once config.max_consecutive_skips steps in a row were skipped.
 
 Why not optax.apply_if_finite: it checks only the gradients (an infinite learning rate gets
-past it). It adds its own counters to the optimizer state, so a skipped step still changes that
-state, and checkpoints written before would no longer restore. It turns a skipped update into
-zeros, and p + 0 changes p = -0.0 into +0.0, so parameters are not bitwise unchanged. And after
+past it); its counters in the optimizer state change on a skipped step, and checkpoints written
+before would not restore; its skipped update is zeros, and p + 0 turns -0.0 into +0.0; and past
 its limit it applies the non-finite update instead of stopping.
 """
 
@@ -26,8 +25,6 @@ import numpy as np
 import optax
 
 from electra_jax.common.errors import UsageError
-
-MODES = ('stop', 'skip')
 
 
 def all_finite(*trees) -> jax.Array:
@@ -47,27 +44,22 @@ def guarded_update(optimizer: optax.GradientTransformation, grads, loss, params,
   updates, new_opt_state = optimizer.update(grads, opt_state, params)
   new_params = optax.apply_updates(params, updates)
   finite = all_finite(loss, grads, new_params)
-  # An element-wise select rather than lax.cond: both sides exist anyway (the update costs
-  # little next to the gradient), and XLA fuses the select into the update, so the donated
-  # state is still updated in place.
+  # A select, not lax.cond: the update costs little next to the gradient, and XLA fuses the
+  # select into it, so the donated state is still updated in place.
   keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
   return keep(new_params, params), keep(new_opt_state, opt_state), finite
 
 
 def without_stats_of_skipped(stats: dict, finite) -> dict:
-  """A step's statistics, zeroed when its update was skipped, plus 'nonfinite' (0 or 1).
-
-  Zeroed sums drop out of the logged averages, which the loop divides by the applied steps.
-  """
+  """A step's statistics, zeroed when its update was skipped (so they drop out of the logged
+  averages, which the loop divides by the applied steps), plus 'nonfinite' (0 or 1)."""
   zeroed = jax.tree.map(lambda x: jnp.where(finite, x, jnp.zeros_like(x)), stats)
   return {**zeroed, 'nonfinite': jnp.logical_not(finite).astype(jnp.int32)}
 
 
 class Watch(NamedTuple):
   """The non-finite steps since the last `read`: int32 device scalars (host ints once read).
-
-  Steps count from 1, as in the log and the checkpoint names.
-  """
+  Steps count from 1, as in the log and the checkpoint names."""
   first: Any        # the first non-finite step, 0 if none
   streak: Any       # non-finite steps in a row up to the latest step (carried over reads)
   longest: Any      # the longest such run...
@@ -99,29 +91,16 @@ def read(seen: Watch) -> tuple[Watch, Watch]:
 
 
 def check(seen: Watch, config, where: str, last_good: Callable[[], str]) -> None:
-  """Raises the run's one error line when `seen` (host ints) calls for a stop.
-
-  `where` follows the step number in the message ('' or ' of MRPC seed 3'); `last_good()` says
-  what is left to resume from, and is called only when stopping.
-  """
-  fix = ('lower the learning rate or check the data, or set --config.on_nonfinite=skip to '
-         'skip such steps')
+  """Raises the run's one error line when `seen` (host ints) calls for a stop. `where` follows
+  the step number ('' or ' of MRPC seed 3'); `last_good()`, called only then, names the resume."""
   if config.on_nonfinite == 'stop' and seen.first:
     raise UsageError(f'step {seen.first}{where} is not finite (NaN or Inf in its loss, '
                      'gradients or updated parameters); it was not applied and training '
-                     f'stopped. {last_good()}; {fix}')
+                     f'stopped. {last_good()}; lower the learning rate or check the data, or '
+                     'set --config.on_nonfinite=skip to skip such steps')
   if config.on_nonfinite == 'skip' and seen.longest >= config.max_consecutive_skips:
     first = seen.longest_end - seen.longest + 1
     raise UsageError(f'steps {first} to {seen.longest_end}{where} were all not finite and '
                      f'skipped, {seen.longest} in a row (config.max_consecutive_skips='
                      f'{config.max_consecutive_skips}), so training stopped. {last_good()}; '
                      'lower the learning rate or check the data')
-
-
-def validate(config) -> None:
-  if config.on_nonfinite not in MODES:
-    raise UsageError(f'config.on_nonfinite={config.on_nonfinite!r}: use one of '
-                     f"{', '.join(MODES)}")
-  if config.max_consecutive_skips < 1:
-    raise UsageError(f'config.max_consecutive_skips={config.max_consecutive_skips} must be at '
-                     'least 1')

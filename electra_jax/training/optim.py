@@ -30,8 +30,7 @@ def decay_mask(params):
 
 
 def is_embedding_weight(path) -> bool:
-  """Whether a parameter's tree path is an embedding weight: the word, position and token-type
-  tables, GDES's delta and each encoder's embedding projection (a name with 'embedding')."""
+  """The word, position and token-type tables, GDES's delta, each embedding projection."""
   return any('embedding' in getattr(k, 'key', str(k)) for k in path)
 
 
@@ -42,9 +41,8 @@ def weight_decay(config: ml_collections.ConfigDict) -> optax.GradientTransformat
   One masked transform whatever the rates, so the optimizer state keeps one structure: a run
   resumes with the embedding rate set, changed or unset, and runs saved before it existed resume.
   """
-  rate, embedding_rate = config.weight_decay, config.get('embedding_weight_decay')
-  if embedding_rate is None:
-    embedding_rate = rate
+  rate = config.weight_decay
+  embedding_rate = rate if config.embedding_weight_decay is None else config.embedding_weight_decay
 
   def update(updates, state, params):
     def decayed(path, update, param):
@@ -88,11 +86,8 @@ def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransform
 
 
 def applied_updates(opt_state) -> int:
-  """The updates the optimizer has applied: the step its learning-rate schedule is at.
-
-  It falls behind the step number by the steps skipped as not finite (training/nonfinite.py), which
-  leave the optimizer state, its schedule's count included, as it was.
-  """
+  """The updates the optimizer has applied: the step its learning-rate schedule is at, behind the
+  step number by the steps skipped as not finite (training/nonfinite.py)."""
   is_schedule = lambda x: isinstance(x, optax.ScaleByScheduleState)
   counts = [s.count for s in jax.tree.leaves(opt_state, is_leaf=is_schedule) if is_schedule(s)]
   return int(jax.device_get(counts[0]))

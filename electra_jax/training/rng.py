@@ -11,11 +11,6 @@ import re
 import jax
 
 
-def rng_impl(config) -> str:
-  """config.rng_impl; configs saved before the field existed ran threefry."""
-  return config.get('rng_impl', 'threefry2x32')
-
-
 # libtpu's switch (LIBTPU_INIT_ARGS; XLA_FLAGS does not know it and stops the process) that
 # makes XLA:TPU generate only each chip's share of an RngBitGenerator's bits.
 RBG_PARTITION_FLAG = '--xla_tpu_spmd_rng_bit_generator_unsafe=true'
@@ -25,14 +20,12 @@ _RBG_PARTITION_SETTING = re.compile(r'--xla_tpu_spmd_rng_bit_generator_unsafe(?:
 def rbg_sharding_warning(config, platform: str, num_devices: int, libtpu_args: str) -> str | None:
   """What a run of rng_impl=rbg or unsafe_rbg on several TPU chips should be told, or None.
 
-  XLA:TPU does not partition RngBitGenerator by default: every chip makes the random bits of
-  the whole global batch and keeps its share (small on a v4-8: 4 times the words, 1.53 GB of
-  temporaries per chip against threefry's 0.78; docs/performance.md). RBG_PARTITION_FLAG makes
-  each chip generate its share only, and the bits then depend on the chip count. Under that
-  flag, a draw that remat recomputes in the backward pass may be sharded otherwise by XLA, and
-  so hold other bits than the forward pass used.
+  XLA:TPU does not partition RngBitGenerator by default: every chip makes the bits of the whole
+  global batch and keeps its share (small on a v4-8: 4 times the words, 1.53 GB of temporaries
+  per chip against threefry's 0.78; docs/performance.md). Under RBG_PARTITION_FLAG, a draw that
+  remat recomputes in the backward pass may be sharded otherwise, and so hold other bits.
   """
-  impl = rng_impl(config)
+  impl = config.rng_impl
   if impl == 'threefry2x32' or platform != 'tpu' or num_devices == 1:
     return None
   settings = _RBG_PARTITION_SETTING.findall(libtpu_args)
@@ -52,7 +45,7 @@ def rbg_sharding_warning(config, platform: str, num_devices: int, libtpu_args: s
 
 def base_key(config, seed: int | None = None) -> jax.Array:
   """A typed key of config.rng_impl. For threefry its bits are jax.random.PRNGKey(seed)'s."""
-  return jax.random.key(config.seed if seed is None else seed, impl=rng_impl(config))
+  return jax.random.key(config.seed if seed is None else seed, impl=config.rng_impl)
 
 
 @functools.partial(jax.jit, static_argnames='impl')
@@ -61,13 +54,9 @@ def _fold_in(data, step, impl):
 
 
 def step_key(config, data: jax.Array, step) -> jax.Array:
-  """fold_in(key, step) of the raw key `data`, as raw data: what a step is given.
-
-  The state keeps raw key data (uint32 words), so checkpoints hold plain arrays as before; the
-  steps wrap it back into a key of config.rng_impl (`as_key`).
-  """
-  return _fold_in(data, step, rng_impl(config))
+  """fold_in(key, step) of the raw key `data`, as raw data: what a step is given."""
+  return _fold_in(data, step, config.rng_impl)
 
 
 def as_key(config, data: jax.Array) -> jax.Array:
-  return jax.random.wrap_key_data(data, impl=rng_impl(config))
+  return jax.random.wrap_key_data(data, impl=config.rng_impl)

@@ -27,10 +27,11 @@ from electra_jax.common import config as config_lib
 from electra_jax import objective
 from electra_jax.training import optim, validation
 from electra_jax.common import interrupts, run_lock, storage
-from electra_jax.training import compile_cache, frozen_generator, health, report, two_stage
+from electra_jax.training import compile_cache, generator_modes, report
 from electra_jax.training import rng as rng_lib
 from electra_jax.data import pipeline, run_vocab
 from electra_jax.data import vocab as vocab_lib
+from electra_jax.model import networks
 from electra_jax.model.networks import count_params, init_params
 
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
@@ -56,20 +57,19 @@ def make_mesh(devices=None) -> Mesh:
 
 def make_model(config: ml_collections.ConfigDict):
   """The network config.objective trains (model.Electra, or model.MaskedLM for 'mlm')."""
-  # Only a GDES run names its sharing: the other networks have no such field, and configs
-  # saved before it existed lack it.
-  sharing = config.get('embedding_sharing', 'shared')
+  # Only ELECTRA's pair has the field: the other networks share nothing or have one network.
+  sharing = config.embedding_sharing
   extra = {} if sharing == 'shared' else {'embedding_sharing': sharing}
-  return objective.get(config).model(config.model, dtype=DTYPES[config.dtype],
-                                     remat=config.remat, attention=config.attention, **extra)
+  return objective.get(config).model(networks.ModelConfig.of(config.model),
+                                     dtype=DTYPES[config.dtype], remat=config.remat,
+                                     attention=config.attention, **extra)
 
 
 def _init_state_fn(config, model, optimizer):
   def init():
     init_rng, train_rng = jax.random.split(rng_lib.base_key(config))
     params = init_params(model, init_rng, config.max_seq_length)
-    # A frozen generator (config.generator_init) has no optimizer state.
-    trained = frozen_generator.trainable(params) if frozen_generator.enabled(config) else params
+    trained = generator_modes.mode(config).trained(params)  # a frozen generator has no state
     return TrainState(step=jnp.zeros([], jnp.int32), params=params,
                       opt_state=optimizer.init(trained), rng=jax.random.key_data(train_rng))
   return init
@@ -77,14 +77,13 @@ def _init_state_fn(config, model, optimizer):
 
 def create_train_state(config, model, optimizer, replicated, generator=None) -> TrainState:
   """Initial state, created directly as replicated arrays on the mesh; `generator` (host arrays,
-  frozen_generator.load's) replaces the initialised generator."""
+  generator_modes.load's) replaces the initialised generator."""
   state = jax.jit(_init_state_fn(config, model, optimizer), out_shardings=replicated)()
   if generator is None:
     return state
   placed = jax.tree.map(lambda x: jax.make_array_from_callback(x.shape, replicated,
                                                                lambda index: x[index]), generator)
-  return state.replace(params=frozen_generator.merge(frozen_generator.trainable(state.params),
-                                                     placed))
+  return state.replace(params={**state.params, **placed})
 
 
 def abstract_params(config) -> dict:
@@ -100,6 +99,30 @@ def abstract_train_state(config, model, optimizer, replicated) -> TrainState:
                       shapes)
 
 
+def step_inputs(state: TrainState, batch, rng, config, special):
+  """What step `state.step` draws for `batch` from key `rng`: (prepared inputs at the step's
+  temperature, the dropout key, the parameters its generator mode starts from)."""
+  prepared, dropout_rng = objective.draw(rng_lib.as_key(config, rng), batch['input_ids'], config,
+                                         special)
+  prepared = prepared._replace(temperature=objective.masking.scheduled_temperature(config,
+                                                                                   state.step))
+  return prepared, dropout_rng, generator_modes.mode(config).start(state.params, state.step)
+
+
+def split_micro_batches(batch, prepared, steps: int):
+  """(batch, prepared) as `steps` micro-batches: i holds rows i, i + k, i + 2k, ..., a strided
+  split that keeps every micro-batch spread over all devices. The counts and the temperature
+  stay whole-batch values (`with_whole_batch` puts them back): every share's denominators."""
+  split = lambda x: jnp.swapaxes(x.reshape((-1, steps) + x.shape[1:]), 0, 1)
+  per_example = prepared._replace(mlm_count=None, token_count=None, temperature=None)
+  return jax.tree.map(split, (batch, per_example))
+
+
+def with_whole_batch(micro_prepared, prepared):
+  return micro_prepared._replace(mlm_count=prepared.mlm_count, token_count=prepared.token_count,
+                                 temperature=prepared.temperature)
+
+
 def train_step(state: TrainState, batch, rng, *, model, optimizer, config, special):
   """One update of every parameter by the objective's loss; returns the new state and step stats.
 
@@ -110,38 +133,22 @@ def train_step(state: TrainState, batch, rng, *, model, optimizer, config, speci
   are summed; masks and samples are drawn as for the whole batch (see objective.partial_loss), so
   the update equals the whole batch's, except that each micro-batch draws its own dropout masks.
   """
-  prepared, dropout_rng = objective.draw(rng_lib.as_key(config, rng), batch['input_ids'], config,
-                                         special)
-  if config.get('temperature_start', 0.0) > 0:
-    prepared = prepared._replace(
-        temperature=objective.masking.scheduled_temperature(config, state.step))
-  params = state.params
-  if two_stage.enabled(config):
-    params = two_stage.start_discriminator(params, config, state.step)
-  loss_fn = functools.partial(objective.partial_loss, model.apply, config=config, special=special)
-  trained = params
-  if frozen_generator.enabled(config):  # the generator is a constant of the step, never updated
-    trained, generator = frozen_generator.trainable(params), frozen_generator.frozen(params)
-    loss_fn = frozen_generator.with_frozen(loss_fn, generator)
+  mode = generator_modes.mode(config)
+  prepared, dropout_rng, params = step_inputs(state, batch, rng, config, special)
+  trained = mode.trained(params)
+  loss_fn = lambda trained_params, *args: objective.partial_loss(
+      model.apply, mode.merged(trained_params, params), *args, config=config, special=special)
   loss_and_grads = jax.value_and_grad(loss_fn, has_aux=True)
   steps = config.grad_accum_steps
   if steps == 1:
     (_, stats), grads = loss_and_grads(trained, batch, prepared, dropout_rng)
   else:
-    # Micro-batch i holds rows i, i + k, i + 2k, ...: a strided split keeps every micro-batch
-    # spread over all devices (a contiguous one would live on a fraction of them). The counts
-    # stay whole-batch totals: they are the denominators of every micro-batch's share (and the
-    # temperature is the whole step's).
-    split = lambda x: jnp.swapaxes(x.reshape((-1, steps) + x.shape[1:]), 0, 1)
-    per_example = prepared._replace(mlm_count=None, token_count=None, temperature=None)
-    micro_batches = jax.tree.map(split, (batch, per_example))
+    micro_batches = split_micro_batches(batch, prepared, steps)
 
     def micro_step(index, micro_batch, micro_prepared):
-      micro_prepared = micro_prepared._replace(mlm_count=prepared.mlm_count,
-                                               token_count=prepared.token_count,
-                                               temperature=prepared.temperature)
       (_, micro_stats), micro_grads = loss_and_grads(
-          trained, micro_batch, micro_prepared, jax.random.fold_in(dropout_rng, index))
+          trained, micro_batch, with_whole_batch(micro_prepared, prepared),
+          jax.random.fold_in(dropout_rng, index))
       return micro_grads, micro_stats
 
     def accumulate(total, inputs):
@@ -150,29 +157,47 @@ def train_step(state: TrainState, batch, rng, *, model, optimizer, config, speci
     shapes = jax.eval_shape(micro_step, 0, *jax.tree.map(lambda x: x[0], micro_batches))
     zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
     (grads, stats), _ = jax.lax.scan(accumulate, zeros, (jnp.arange(steps), *micro_batches))
-  if two_stage.enabled(config):
-    grads = two_stage.stage_gradients(grads, config, state.step)
-  new_params, opt_state, finite = nonfinite.guarded_update(optimizer, grads, stats['loss'],
-                                                           trained, state.opt_state)
-  if two_stage.enabled(config):
-    new_params = two_stage.hold_frozen(new_params, params, config, state.step)
-  if frozen_generator.enabled(config):
-    new_params = frozen_generator.merge(new_params, generator)
+  new_trained, opt_state, finite = nonfinite.guarded_update(
+      optimizer, mode.gradients(grads, state.step), stats['loss'], trained, state.opt_state)
+  new_params = mode.updated(new_trained, params, state.step)
   return (state.replace(step=state.step + 1, params=new_params, opt_state=opt_state),
           nonfinite.without_stats_of_skipped(stats, finite))
 
 
 def eval_step(params, batch, rng, *, model, config, special):
+  """The statistics of `batch`, the discriminator's exact AUC included: evaluation sorts the
+  token scores, the train step does not (`forward_stats` gives a logged step's)."""
   _, stats = objective.loss(model.apply, params, batch, rng_lib.as_key(config, rng), config,
-                            train=False, special=special)
+                            train=False, special=special, auc=True)
   return stats
+
+
+def forward_stats(state: TrainState, batch, rng, *, model, config, special):
+  """The statistics train_step(state, batch, rng) returns, and the discriminator's exact AUC of
+  the very scores it computes (its masks, samples, temperature and dropout, micro-batch by
+  micro-batch), by the step's forward pass alone."""
+  prepared, dropout_rng, params = step_inputs(state, batch, rng, config, special)
+  stats_of = lambda micro_batch, micro_prepared, micro_rng: objective.partial_loss(
+      model.apply, params, micro_batch, micro_prepared, micro_rng, config=config,
+      special=special, auc=True)[1]
+  steps = config.grad_accum_steps
+  if steps == 1:
+    return stats_of(batch, prepared, dropout_rng)
+  def micro_stats(inputs):  # train_step's micro-batches and their dropout keys
+    index, micro_batch, micro_prepared = inputs
+    return stats_of(micro_batch, with_whole_batch(micro_prepared, prepared),
+                    jax.random.fold_in(dropout_rng, index))
+
+  per_micro_batch = jax.lax.map(
+      micro_stats, (jnp.arange(steps), *split_micro_batches(batch, prepared, steps)))
+  return jax.tree.map(lambda x: jnp.sum(x, axis=0), per_micro_batch)
 
 
 def special_ids(config, vocab=None) -> objective.SpecialIds:
   """What the objective reads of the vocabulary: the special ids and, for whole-word and span
   masking, which pieces start a word. Without a vocabulary (compiling, benchmarking) the default
   ids, and every piece a word start: a program of the same shape and cost."""
-  whole_words = config.get('masking', 'token') != 'token'
+  whole_words = config.masking != 'token'
   if vocab is None:
     return objective.SpecialIds(
         word_starts=b'\x01' * config.model.vocab_size if whole_words else b'')
@@ -196,14 +221,23 @@ def compile_steps(config, model, optimizer, mesh, special=None):
   return train, evaluate, replicated, batch_sharding
 
 
-def check_compiled_once(step, allowed: int = 1):
-  """Raises if the jitted `step` holds more than `allowed` compiled programs.
+def compile_auc_probe(config, model, mesh, special):
+  """The jitted AUC of a logged step, probe(state, batch, rng) -> {disc_auc, auc_batches}, called
+  before the step (which donates the state): `forward_stats`' AUC, one forward pass per log line
+  instead of a sort of every token's score in every step. None without a discriminator."""
+  if not objective.get(config).detects:
+    return None
+  replicated, batch_sharding = NamedSharding(mesh, P()), NamedSharding(mesh, P('data'))
+  stats = functools.partial(forward_stats, model=model, config=config, special=special)
+  probe = lambda state, batch, rng: {k: v for k, v in stats(state, batch, rng).items()
+                                     if k in ('disc_auc', 'auc_batches')}
+  return jax.jit(probe, in_shardings=(replicated, batch_sharding, replicated),
+                 out_shardings=replicated)
 
-  Every step must reuse step 1's program (fine-tuning: the program of its batch length, so one
-  per length). Another means an input changed shape, dtype or sharding between steps: each such
-  change costs a full compilation and keeps another program. A step never run (a fine-tuning
-  run resumed at its end) holds none, which is as it should be.
-  """
+
+def check_compiled_once(step, allowed: int = 1):
+  """Raises if the jitted `step` holds more than `allowed` compiled programs (fine-tuning: one
+  per batch length): another means an input changed shape, dtype or sharding between steps."""
   compiled = step._cache_size()  # pylint: disable=protected-access
   if compiled > allowed:
     once = 'once' if allowed == 1 else f'at most {allowed} times (once per batch length)'
@@ -232,13 +266,8 @@ def run_eval(evaluate, params, examples, config, batch_sharding, base_rng) -> di
 
 
 def chief_first(make, name: str):
-  """make() on process 0 first, then on the others once it is done.
-
-  Process 0 writes the workdir's vocabulary and prepared data; the others then load them from a
-  shared workdir, or, on a disk of their own, make identical ones (both are deterministic). With
-  a workdir at a URI (a pod slice's gs:// folder) the others download process 0's vocabulary and
-  prepare their own identical examples in their local data.local_dir.
-  """
+  """make() on process 0 first, then on the others: they read what it wrote to a shared workdir,
+  or make identical files (deterministic) on a disk of their own or in data.local_dir."""
   if jax.process_count() == 1:
     return make()
   result = make() if jax.process_index() == 0 else None
@@ -247,21 +276,15 @@ def chief_first(make, name: str):
 
 
 def preemption_check(manager):
-  """A function step -> bool: should the run save now and stop, because it is being preempted
-  or interrupted?
-
-  One process: a SIGTERM (which a spot or preemptible VM gets before it is taken) or a Ctrl-C
-  caught by the command (common/interrupts.py). Several: Orbax's reached_preemption, through
-  which every process agrees on the same step.
-  """
+  """step -> whether to save and stop now: one process, a SIGTERM or Ctrl-C the command caught
+  (common/interrupts.py); several, Orbax's reached_preemption, on which they all agree."""
   if jax.process_count() > 1:
     return manager.reached_preemption
   return lambda step: interrupts.requested()
 
 
 def first_call(train, cache: str | None, *args):
-  """train(*args) the first time, which builds the step: logs whether it was compiled or read
-  from the compilation cache `cache` (compile_cache.use), and what that took."""
+  """train(*args), logging whether its step was compiled or read from `cache`, and how long."""
   hits, started = compile_cache.hits(), time.perf_counter()
   outputs = train(*args)
   how = (f'read from the compilation cache at {cache}' if compile_cache.hits() > hits
@@ -271,14 +294,14 @@ def first_call(train, cache: str | None, *args):
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
-                       read_hf_generator: frozen_generator.HFReader | None = None):
+                       read_hf_generator: generator_modes.HFReader | None = None):
   """Pretrains (or resumes pretraining) in `workdir` until config.num_train_steps.
 
-  `read_hf_generator` reads a Hugging Face directory given as config.generator_init
-  (hf/generator_source.read, which this floor may not import: electra_jax.main passes it).
-  """
+  `read_hf_generator` (hf/importing.read_generator, a floor above: main passes it) reads a
+  Hugging Face directory given as config.generator_init."""
+  config = config_lib.resolve(config)
   validation.validate(config, jax.device_count())
-  config = frozen_generator.with_source_vocab(config)
+  config = generator_modes.fitted(config)
   storage.check_uri(workdir, '--workdir')
   storage.check_uri(config.compilation_cache_dir, '--config.compilation_cache_dir')
   storage.makedirs(workdir)
@@ -290,13 +313,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
 
 
 def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
-                        read_hf_generator: frozen_generator.HFReader | None = None):
+                        read_hf_generator: generator_modes.HFReader | None = None):
   is_chief = jax.process_index() == 0
   # A frozen generator is read and checked before anything is written; a resumed run's
   # checkpoint holds it.
-  load_generator = lambda: (frozen_generator.load(config, abstract_params(config), workdir,
+  load_generator = lambda: (generator_modes.load(config, abstract_params(config), workdir,
                                                   read_hf_generator)
-                            if frozen_generator.enabled(config) else None)
+                            if config.generator_kind == 'frozen' else None)
   generator = None if checkpoint.has_checkpoint(workdir) else load_generator()
 
   vocab = chief_first(lambda: run_vocab.setup_vocab(config, workdir), 'vocab')
@@ -317,6 +340,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   special = special_ids(config, vocab)
   train, evaluate, replicated, batch_sharding = compile_steps(config, model, optimizer, mesh,
                                                               special)
+  auc_probe = compile_auc_probe(config, model, mesh, special)  # None: no AUC to log
   cache = compile_cache.use(config.compilation_cache_dir, workdir)
 
   manager = checkpoint.make_manager(workdir, config.keep_checkpoints)
@@ -357,7 +381,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
       metrics = run_eval(evaluate, state.params, eval_examples, config, batch_sharding, eval_rng)
       writer.write(step, {f'eval_{k}': v for k, v in metrics.items()},
                    f'eval at step {step}: ' + ', '.join(f'{k} {v:.4f}' for k, v in metrics.items()))
-      if is_chief and (warning := health.discriminator_at_chance(metrics, step, config)):
+      if is_chief and (warning := report.discriminator_at_chance(metrics, step, config)):
         logging.warning(warning)
 
     evaluating = eval_examples is not None and config.eval_every > 0
@@ -377,16 +401,19 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     watch = nonfinite.start()
     for step in range(first_step, config.num_train_steps):
       batch, key = next(batches), rng_lib.step_key(config, state.rng, step)
+      done = step + 1
+      logged = done % config.log_every == 0 or done == config.num_train_steps
+      # The logged AUC is the logged step's own, from its inputs (before the step donates them).
+      auc = auc_probe(state, batch, key) if logged and auc_probe else None
       state, stats = (first_call(train, cache, state, batch, key) if step == first_step
                       else train(state, batch, key))
       watch = nonfinite.watch(watch, stats['nonfinite'], state.step)
       total, window_steps = add_stats(total, stats), window_steps + 1
-      done = step + 1
 
-      if done % config.log_every == 0 or done == config.num_train_steps:
+      if logged:
         check_compiled_once(train)
         watch = check_finite(watch)
-        totals = jax.device_get(total)
+        totals = {**jax.device_get(total), **jax.device_get(auc or {})}
         skipped = int(totals['nonfinite'])
         # Averages over the applied steps: a skipped step's statistics were zeroed.
         metrics = (objective.summarize(totals, window_steps - skipped)
@@ -396,7 +423,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
         # The rate of the last applied update (a skipped step leaves the schedule where it was).
         metrics['learning_rate'] = float(schedule(max(optim.applied_updates(state.opt_state) - 1,
                                                       0)))
-        if config.get('temperature_start', 0.0) > 0:  # the last step's (step done - 1)
+        if config.temperature_start > 0:  # the last step's (step done - 1)
           metrics['temperature'] = float(objective.masking.scheduled_temperature(config, done - 1))
         metrics['tokens_per_s'] = window_steps * tokens_per_step / elapsed
         eta = (config.num_train_steps - done) * elapsed / window_steps

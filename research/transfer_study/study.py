@@ -145,7 +145,7 @@ def resolve_config(config_flags_list: list[str]) -> ml_collections.ConfigDict:
   config_flags.DEFINE_config_file('config', None, 'pretraining config', flag_values=values,
                                   lock_config=True, sys_argv=argv)
   values(argv)
-  return values.config
+  return config_lib.resolve(values.config)  # as train_and_evaluate resolves it
 
 
 def roots(args) -> dict[str, str]:

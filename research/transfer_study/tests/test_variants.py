@@ -4,7 +4,7 @@ generator's pretraining counted, and gives the MLM run the shape the Fast-ELECTR
 import pytest
 
 from conftest import REPO
-from electra_jax.training import frozen_generator
+from electra_jax.training import generator_modes
 from research.transfer_study import study, variants
 
 
@@ -35,7 +35,7 @@ def test_the_mlm_run_has_the_shape_of_the_generator_that_loads_it(plan):
   mlm, fast = (study.resolve_config(runs[name]['flags']) for name in ('generator', 'fast'))
   assert mlm.objective == 'mlm' and fast.generator_init.endswith('/generator')
   m = mlm.model
-  assert frozen_generator.generator_shape(fast.model) == frozen_generator.Shape(
+  assert generator_modes.generator_shape(fast.model) == generator_modes.Shape(
       m.hidden_size, m.num_heads, m.intermediate_size, m.num_layers, m.embedding_size,
       m.vocab_size, m.max_position_embeddings, m.type_vocab_size)
   assert fast.embedding_sharing == 'none' and fast.temperature_start == 2.0
