@@ -1,6 +1,6 @@
 """Data throughput on one CPU core: preparation and reader tokens/s against what training eats.
 
-python benchmarks/data_pipeline.py [--corpus=GLOB] [--copies=4] [--seconds=3]
+python benchmarks/data_inputs.py [--corpus=GLOB] [--copies=4] [--seconds=3]
 
 Prints JSON lines: the preparation rate (corpus tokens tokenized and packed per second, one
 worker), the reader rate (tokens per second of shuffled batches gathered from a prepared split,
@@ -22,8 +22,8 @@ from absl import app, flags
 import numpy as np
 
 from electra_jax.common import config as config_lib
-from electra_jax.training import flops as flops_lib
-from electra_jax.data import pipeline, preparation, sources as sources_lib, store, text
+from electra_jax.training import flops as flops_lib, inputs
+from electra_jax.data import preparation, sources as sources_lib, store, text
 
 _CORPUS = flags.DEFINE_string('corpus', '../shared/data/wikitext-2-raw/wiki.*.raw',
                               'Text files to prepare (a glob).')
@@ -51,7 +51,7 @@ def _corpus(directory: str) -> str:
 def _time_reader(examples, batch_size: int, seconds: float) -> tuple[float, int]:
   steps, start = 0, time.perf_counter()
   while time.perf_counter() - start < seconds:
-    pipeline.local_batch(examples, batch_size, 0, steps)
+    inputs.local_batch(examples, batch_size, 0, steps)
     steps += 1
   return steps * batch_size * examples.max_seq_length / (time.perf_counter() - start), steps
 
@@ -73,7 +73,7 @@ def _array_record_rate(examples, batch_size: int, seconds: float, directory: str
   starts = np.r_[0, ends[:-1]]
   steps, start = 0, time.perf_counter()
   while time.perf_counter() - start < seconds:
-    ids = pipeline.batch_indices(len(examples), batch_size, 0, steps)
+    ids = inputs.batch_indices(len(examples), batch_size, 0, steps)
     shard = np.searchsorted(ends, ids, side='right')
     local = ids - starts[shard]
     for s in np.unique(shard):

@@ -25,7 +25,7 @@ import numpy as np
 
 from electra_jax.common import cli, config as config_lib
 from electra_jax import objective
-from electra_jax.training import flops, optim, rng as rng_lib, train, validation
+from electra_jax.training import flops, optim, train
 from electra_jax.model.layers import attention_kernel
 
 USAGE = ('python -m electra_jax.benchmark --config=configs/small.py [--config.batch_size=B '
@@ -140,7 +140,7 @@ def run(config: ml_collections.ConfigDict, steps: int, warmup: int = 3,
 
   def run_step(state, index):
     # As the training loop does it: the step's key is derived on the device, nothing is read back.
-    return step(state, batches[index % NUM_BATCHES], rng_lib.step_key(config, state.rng, index))
+    return step(state, batches[index % NUM_BATCHES], train.step_key(config, state.rng, index))
 
   start = time.perf_counter()
   state, stats = jax.block_until_ready(run_step(state, 0))
@@ -188,7 +188,7 @@ def benchmark_config(config: ml_collections.ConfigDict) -> ml_collections.Config
   config = config_lib.resolve(config)
   checked = config.copy_and_resolve_references()
   checked.data.update(train_files='(synthetic)', sources='', prepared_dir='')  # reads no data
-  validation.validate(checked, jax.device_count())
+  config_lib.validate(checked, jax.device_count())
   return config
 
 

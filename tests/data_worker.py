@@ -2,7 +2,7 @@
 
 python data_worker.py batches STORE OUT PORT PROCESS_INDEX
     One of two JAX processes (2 CPU devices each, joined by jax.distributed): builds the global
-    batches of the first steps through batches_lib.train_batches on a 4-device mesh, and
+    batches of the first steps through inputs.train_batches on a 4-device mesh, and
     writes its own example ids and the whole gathered global batch to OUT/process_<i>.npz.
 
 python data_worker.py consume STORE WORKDIR NUM_STEPS SAVE_EVERY
@@ -28,8 +28,8 @@ def batches(store_dir, out, port, index):
   from jax.sharding import NamedSharding, PartitionSpec  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from electra_jax.common import config as config_lib  # pylint: disable=g-import-not-at-top
-  from electra_jax.training import batches as batches_lib, train  # pylint: disable=g-import-not-at-top
-  from electra_jax.data import pipeline, store  # pylint: disable=g-import-not-at-top
+  from electra_jax.training import inputs, train  # pylint: disable=g-import-not-at-top
+  from electra_jax.data import store  # pylint: disable=g-import-not-at-top
 
   examples = store.open_store(store_dir)
   config = config_lib.default_config()
@@ -38,9 +38,9 @@ def batches(store_dir, out, port, index):
   sharding = NamedSharding(train.make_mesh(), PartitionSpec('data'))
   assert jax.device_count() == 4 and jax.local_device_count() == 2
   ids, global_batches = [], {'input_ids': [], 'segment_ids': []}
-  for step, batch in enumerate(batches_lib.train_batches(examples, config, 0, sharding)):
-    ids.append(pipeline.local_batch_indices(examples, BATCH, SEED, step, jax.process_index(),
-                                            jax.process_count()))
+  for step, batch in enumerate(inputs.train_batches(examples, config, 0, sharding)):
+    ids.append(inputs.local_batch_indices(examples, BATCH, SEED, step, jax.process_index(),
+                                          jax.process_count()))
     for key, value in batch.items():
       global_batches[key].append(multihost_utils.process_allgather(value, tiled=True))
   np.savez(os.path.join(out, f'process_{jax.process_index()}.npz'), ids=np.stack(ids),
@@ -49,13 +49,14 @@ def batches(store_dir, out, port, index):
 
 
 def consume(store_dir, workdir, num_steps, save_every):
-  from electra_jax.data import pipeline, store  # pylint: disable=g-import-not-at-top
+  from electra_jax.data import store  # pylint: disable=g-import-not-at-top
+  from electra_jax.training import inputs  # pylint: disable=g-import-not-at-top
   examples = store.open_store(store_dir)
   saved = os.path.join(workdir, 'step.json')
   step = json.load(open(saved))['step'] if os.path.exists(saved) else 0
   with open(os.path.join(workdir, 'consumed.log'), 'a') as log:
     for step in range(step, int(num_steps)):
-      ids = pipeline.local_batch_indices(examples, BATCH, SEED, step)
+      ids = inputs.local_batch_indices(examples, BATCH, SEED, step)
       examples.gather(ids)  # Read the examples, as training does.
       log.write(' '.join(map(str, [step, *ids])) + '\n')
       log.flush()

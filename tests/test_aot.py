@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from conftest import REPO, load_config
-from electra_jax.training import aot, compiled_program, rng as rng_lib
+from electra_jax.training import aot, compiled_program, train
 from electra_jax.finetune import aot as finetune_aot
 
 requires_libtpu = pytest.mark.skipif(
@@ -239,7 +239,7 @@ def test_rbg_makes_every_chips_bits_on_each_chip_unless_libtpu_is_told_to_partit
       cwd=REPO, capture_output=True, text=True, timeout=600,
       env={**{k: v for k, v in os.environ.items()  # as a user's shell has them: unset
               if k not in ('TPU_ACCELERATOR_TYPE', 'TPU_WORKER_HOSTNAMES')},
-           'LIBTPU_INIT_ARGS': rng_lib.RBG_PARTITION_FLAG})
+           'LIBTPU_INIT_ARGS': train.RBG_PARTITION_FLAG})
   assert flagged.returncode == 0, flagged.stderr[-2000:]
   assert 'rng_impl=rbg on 4 TPU chips' not in flagged.stderr
   # libtpu, told there is no TPU to look for, prints no errors about one

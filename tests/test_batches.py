@@ -5,8 +5,7 @@ import shutil
 import pytest
 
 from conftest import load_config
-from electra_jax.training import batches
-from electra_jax.data import run_vocab
+from electra_jax.training import inputs
 from electra_jax.data import vocab as vocab_lib
 from electra_jax.common.errors import UsageError
 
@@ -23,14 +22,14 @@ def config(wikitext):
 @pytest.fixture(scope='module')
 def trained_workdir(config, tmp_path_factory):
   workdir = tmp_path_factory.mktemp('run')
-  vocab = run_vocab.setup_vocab(config, str(workdir))
+  vocab = inputs.setup_vocab(config, str(workdir))
   return workdir, vocab
 
 
 def test_vocab_is_trained_once_then_reused(config, trained_workdir):
   workdir, vocab = trained_workdir
   assert vocab.size == 600 and (workdir / 'vocab.model').exists()
-  again = run_vocab.setup_vocab(config, str(workdir))
+  again = inputs.setup_vocab(config, str(workdir))
   assert vocab_lib.vocab_fingerprint(again) == vocab_lib.vocab_fingerprint(vocab)
 
 
@@ -42,7 +41,7 @@ def test_given_vocab_is_copied_into_a_new_run(config, trained_workdir, tmp_path)
   c.data.vocab_model = str(given)
   run = tmp_path / 'run'
   run.mkdir()
-  copied = run_vocab.setup_vocab(c, str(run))
+  copied = inputs.setup_vocab(c, str(run))
   assert (run / 'vocab.model').read_bytes() == given.read_bytes()
   assert vocab_lib.vocab_fingerprint(copied) == vocab_lib.vocab_fingerprint(vocab)
 
@@ -52,7 +51,7 @@ def test_vocab_size_mismatch_names_the_fix(config, trained_workdir):
   c = config.copy_and_resolve_references()
   c.model.vocab_size = 700
   with pytest.raises(UsageError, match='--config.model.vocab_size=600'):
-    run_vocab.setup_vocab(c, str(workdir))
+    inputs.setup_vocab(c, str(workdir))
 
 
 def test_a_different_vocab_for_an_existing_run_is_refused(config, trained_workdir, tmp_path):
@@ -63,13 +62,13 @@ def test_a_different_vocab_for_an_existing_run_is_refused(config, trained_workdi
   c.data.vocab_model = other.model_path
   before = (workdir / 'vocab.model').read_bytes()
   with pytest.raises(UsageError, match='differs from the vocabulary this run was started with'):
-    run_vocab.setup_vocab(c, str(workdir))
+    inputs.setup_vocab(c, str(workdir))
   assert (workdir / 'vocab.model').read_bytes() == before
 
 
 def test_examples_are_prepared_into_the_workdir(config, trained_workdir):
   workdir, vocab = trained_workdir
-  examples = batches.load_examples(config, str(workdir), vocab, 'train')
+  examples = inputs.load_examples(config, str(workdir), vocab, 'train')
   assert examples.gather([0])['input_ids'].shape == (1, 64)
   assert (workdir / 'data' / 'train' / 'manifest.json').exists()
-  assert batches.load_examples(config, str(workdir), vocab, 'eval') is None
+  assert inputs.load_examples(config, str(workdir), vocab, 'eval') is None

@@ -11,9 +11,9 @@ import pytest
 import sentencepiece as spm
 
 from electra_jax.data import packing
-from electra_jax.data import pipeline
 from electra_jax.data import text
 from electra_jax.data import vocab as vocab_lib
+from electra_jax.training import inputs
 from electra_jax.common.errors import UsageError
 
 WIKITEXT = Path(__file__).resolve().parents[2] / 'shared' / 'data' / 'wikitext-2-raw'
@@ -337,22 +337,22 @@ def stream(num_examples, seed, num_epochs):
 def test_batch_indices_follow_the_epoch_stream(num_examples, batch_size):
   steps = 6
   expected = stream(num_examples, seed=7, num_epochs=steps * batch_size // num_examples + 1)
-  pipeline._epoch_permutation.cache_clear()
+  inputs._epoch_permutation.cache_clear()
   for step in reversed(range(steps)):  # Any order, as after a restart: each step stands alone.
-    indices = pipeline.batch_indices(num_examples, batch_size, 7, step)
+    indices = inputs.batch_indices(num_examples, batch_size, 7, step)
     assert indices.dtype == np.int64 and indices.shape == (batch_size,)
     np.testing.assert_array_equal(indices, expected[step * batch_size:(step + 1) * batch_size])
 
 
 def test_each_epoch_of_batches_covers_every_example_once():
   n, b = 24, 8
-  epoch = lambda e: np.concatenate([pipeline.batch_indices(n, b, 3, s)
+  epoch = lambda e: np.concatenate([inputs.batch_indices(n, b, 3, s)
                                     for s in range(e * n // b, (e + 1) * n // b)])
   assert sorted(epoch(0)) == sorted(epoch(1)) == list(range(n))
   assert not np.array_equal(epoch(0), epoch(1))
-  assert not np.array_equal(pipeline.batch_indices(n, b, 3, 0), pipeline.batch_indices(n, b, 4, 0))
-  np.testing.assert_array_equal(pipeline.batch_indices(n, b, 3, 2),
-                                pipeline.batch_indices(n, b, 3, 2))
+  assert not np.array_equal(inputs.batch_indices(n, b, 3, 0), inputs.batch_indices(n, b, 4, 0))
+  np.testing.assert_array_equal(inputs.batch_indices(n, b, 3, 2),
+                                inputs.batch_indices(n, b, 3, 2))
 
 
 def fake_examples(n, length=4):
@@ -362,23 +362,23 @@ def fake_examples(n, length=4):
 
 def test_local_batches_of_all_processes_make_the_global_batch():
   examples = fake_examples(10)
-  whole = pipeline.local_batch(examples, 8, seed=1, step=3)
+  whole = inputs.local_batch(examples, 8, seed=1, step=3)
   assert whole['input_ids'].shape == (8, 4) and whole['input_ids'].dtype == np.int32
   for processes in (2, 4, 8):
-    shares = [pipeline.local_batch(examples, 8, 1, 3, p, processes) for p in range(processes)]
+    shares = [inputs.local_batch(examples, 8, 1, 3, p, processes) for p in range(processes)]
     for key in ('input_ids', 'segment_ids'):
       np.testing.assert_array_equal(np.concatenate([s[key] for s in shares]), whole[key])
   with pytest.raises(UsageError, match='not divisible'):
-    pipeline.local_batch(examples, 6, 1, 0, 0, 4)
+    inputs.local_batch(examples, 6, 1, 0, 0, 4)
 
 
 def test_eval_batches_are_fixed_and_wrap_around():
   examples = fake_examples(5)
-  batches = list(pipeline.eval_batches(examples, 4, 3))
+  batches = list(inputs.eval_batches(examples, 4, 3))
   assert len(batches) == 3
   rows = np.concatenate([b['input_ids'] for b in batches])
   np.testing.assert_array_equal(rows, examples['input_ids'][np.arange(12) % 5])
-  halves = [list(pipeline.eval_batches(examples, 4, 3, p, 2)) for p in range(2)]
+  halves = [list(inputs.eval_batches(examples, 4, 3, p, 2)) for p in range(2)]
   for step in range(3):
     np.testing.assert_array_equal(
         np.concatenate([halves[0][step]['input_ids'], halves[1][step]['input_ids']]),

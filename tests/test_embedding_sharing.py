@@ -98,19 +98,18 @@ def test_export_and_fine_tuning_take_the_discriminators_effective_table(models):
 
 def test_embedding_sharing_is_checked(tmp_path):
   from electra_jax.common import config as config_lib  # pylint: disable=g-import-not-at-top
-  from electra_jax.training import validation  # pylint: disable=g-import-not-at-top
   from electra_jax.common.errors import UsageError  # pylint: disable=g-import-not-at-top
   config = config_lib.default_config()
   config.data.train_files = 'x.txt'
   config.embedding_sharing = 'tied'
   with pytest.raises(UsageError,
                      match="embedding_sharing='tied': use one of shared, gdes, none, all"):
-    validation.validate(config, 1)
+    config_lib.validate(config, 1)
   config.update(embedding_sharing='gdes', objective='mlm')
   with pytest.raises(UsageError, match="applies to objectives electra and electra_15, not 'mlm'"):
-    validation.validate(config, 1)
+    config_lib.validate(config, 1)
   config.objective = 'electra_15'
-  validation.validate(config, 1)
+  config_lib.validate(config, 1)
 
   # A workdir remembers its sharing (runs saved before the field existed are 'shared').
   config_lib.save_config(config, str(tmp_path))
@@ -179,7 +178,6 @@ def test_all_runs_the_generator_on_the_discriminators_encoder():
 
 def test_all_refuses_a_generator_of_another_size():
   from electra_jax.common import config as config_lib  # pylint: disable=g-import-not-at-top
-  from electra_jax.training import validation  # pylint: disable=g-import-not-at-top
   from electra_jax.common.errors import UsageError  # pylint: disable=g-import-not-at-top
   config = config_lib.default_config()
   config.data.train_files = 'x.txt'
@@ -188,6 +186,6 @@ def test_all_refuses_a_generator_of_another_size():
   config.max_seq_length = IDS.shape[1]
   with pytest.raises(UsageError, match=r"ties every generator weight.*\(8, 1, 32, 1\), the "
                                        r"discriminator \(16, 2, 32, 1\).*generator_hidden_size=1.0"):
-    validation.validate(config, 1)
+    config_lib.validate(config, 1)
   config.model.update(SAME_SIZE.to_dict())
-  validation.validate(config, 1)
+  config_lib.validate(config, 1)

@@ -23,8 +23,7 @@ from electra_jax.common.errors import UsageError
 from electra_jax.data import vocab as vocab_lib
 from electra_jax.hf import exporting, importing
 from electra_jax.model import networks
-from electra_jax.training import checkpoint, flops, generator_modes, train, validation
-
+from electra_jax.training import checkpoint, flops, generator_modes, train
 STEPS = 4
 # Small enough to compile in seconds: a 64-wide, one-head, one-layer network is the MLM and,
 # at generator_hidden_size=1.0, both networks of the ELECTRA run.
@@ -205,7 +204,7 @@ def refusal_config(tmp_path, **overrides):
 def test_a_frozen_generator_needs_no_sharing_flag_and_refuses_a_tied_one(tmp_path):
   config = refusal_config(tmp_path)
   assert (config.generator_kind, config.embedding_sharing) == ('frozen', 'none')
-  validation.validate(config, 1)
+  config_lib.validate(config, 1)
   for sharing in ('gdes', 'all'):
     with pytest.raises(UsageError, match=f"embedding_sharing='{sharing}' ties generator weights "
                                          'to the discriminator.s, and a frozen generator owns'):
@@ -220,14 +219,14 @@ def test_a_frozen_generator_needs_no_sharing_flag_and_refuses_a_tied_one(tmp_pat
 ])
 def test_settings_without_a_generator_to_freeze_are_refused(tmp_path, overrides, message):
   with pytest.raises(UsageError, match=message):
-    validation.validate(refusal_config(tmp_path, **overrides), 1)
+    config_lib.validate(refusal_config(tmp_path, **overrides), 1)
 
 
 def test_a_missing_directory_is_refused_by_name(tmp_path):
   missing = tmp_path / 'nowhere'
   with pytest.raises(UsageError, match=f"generator_init='{missing}' .*does not exist"):
-    validation.validate(refusal_config(missing), 1)
-  validation.validate(refusal_config(tmp_path), 1)  # the same settings with a directory pass
+    config_lib.validate(refusal_config(missing), 1)
+  config_lib.validate(refusal_config(tmp_path), 1)  # the same settings with a directory pass
 
 
 def test_a_generator_of_another_vocabulary_is_refused_before_anything_is_written(
@@ -250,7 +249,7 @@ def test_the_run_takes_its_generators_shape_from_the_source(mlm_source, tmp_path
                                               'model.vocab_size': 77})
   fitted = generator_modes.fitted(config_lib.resolve(config))
   m = fitted.model
-  assert (networks.generator_width(m), networks.generator_depth(m), m.vocab_size) == (64, 1, 1000)
+  assert (config_lib.generator_width(m), config_lib.generator_depth(m), m.vocab_size) == (64, 1, 1000)
   assert fitted.data.vocab_model == str(mlm_source / 'vocab.model')
   # A source that no generator setting can hold (heads other than width // 64) says so, and one
   # of another embedding width names the flag.

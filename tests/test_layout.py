@@ -100,7 +100,10 @@ MOVED = ('electra_jax.core.errors', 'electra_jax.core.cli', 'electra_jax.core.co
          'electra_jax.finetune.chunk_data', 'electra_jax.finetune.chunk_metrics',
          'electra_jax.finetune.chunk_run', 'electra_jax.finetune.model',
          'electra_jax.finetune.results', 'electra_jax.finetune.glue.results',
-         'electra_jax.finetune.glue.metrics', 'electra_jax.finetune.tagging.model')
+         'electra_jax.finetune.glue.metrics', 'electra_jax.finetune.tagging.model',
+         'electra_jax.training.validation', 'electra_jax.training.rng',
+         'electra_jax.training.nonfinite', 'electra_jax.training.batches', 'electra_jax.data.pipeline',
+         'electra_jax.data.run_vocab', 'electra_jax.data.tfds_source')
 
 
 @pytest.mark.parametrize('old', MOVED)
@@ -115,8 +118,8 @@ def test_an_old_module_path_is_gone_and_the_changelog_says_where_it_went(old):
 
 def test_new_module_paths_import():
   for new in ('electra_jax.common.config', 'electra_jax.model.networks', 'electra_jax.training.optim',
-              'electra_jax.training.flops', 'electra_jax.training.validation',
-              'electra_jax.data.run_vocab', 'electra_jax.finetune.export',
+              'electra_jax.training.flops', 'electra_jax.training.inputs',
+              'electra_jax.data.sources', 'electra_jax.finetune.export',
               'electra_jax.finetune.glue.data', 'electra_jax.finetune.glue.model',
               'electra_jax.finetune.glue.run', 'electra_jax.finetune.squad.run',
               'electra_jax.finetune.tagging.run'):

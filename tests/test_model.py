@@ -7,6 +7,7 @@ import pytest
 from scipy.special import erf
 
 from conftest import load_config
+from electra_jax.common import config as config_lib
 from electra_jax.model import layers, networks as model_lib
 
 
@@ -25,7 +26,7 @@ def test_generator_sizes_follow_the_paper(name, width, heads, ffn):
   config = load_config(name)
   shapes = param_shapes(config)
   gen = shapes['generator']
-  assert model_lib.generator_width(config.model) == width
+  assert config_lib.generator_width(config.model) == width
   assert gen['layer_0']['attention']['query']['kernel'].shape == (width, width)
   assert gen['layer_0']['intermediate']['kernel'].shape == (width, ffn)
   assert len([k for k in gen if k.startswith('layer_')]) == config.model.num_layers

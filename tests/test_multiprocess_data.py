@@ -22,8 +22,8 @@ import pytest
 
 import data_worker
 from conftest import WIKITEXT, load_config
-from electra_jax.training import batches, train
-from electra_jax.data import pipeline, preparation, sources, store, vocab as vocab_lib
+from electra_jax.training import inputs, train
+from electra_jax.data import preparation, sources, store, vocab as vocab_lib
 
 WORKER = str(Path(__file__).with_name('data_worker.py'))
 
@@ -67,7 +67,7 @@ def test_two_processes_read_disjoint_shares_that_make_the_global_batches(prepare
   config.num_train_steps = len(results[0]['ids'])
   sharding = NamedSharding(train.make_mesh(), PartitionSpec('data'))
   assert jax.process_count() == 1 and jax.device_count() == 4
-  for step, batch in enumerate(batches.train_batches(examples, config, 0, sharding)):
+  for step, batch in enumerate(inputs.train_batches(examples, config, 0, sharding)):
     for result in results:
       for key in ('input_ids', 'segment_ids'):
         np.testing.assert_array_equal(result[key][step], np.asarray(batch[key]))
@@ -83,7 +83,7 @@ def test_two_processes_read_disjoint_shares_that_make_the_global_batches(prepare
   for step in range(len(results[0]['ids'])):
     np.testing.assert_array_equal(
         np.concatenate([r['ids'][step] for r in results]),
-        pipeline.batch_indices(len(examples), data_worker.BATCH, data_worker.SEED, step))
+        inputs.batch_indices(len(examples), data_worker.BATCH, data_worker.SEED, step))
 
 
 def read_log(log_path):

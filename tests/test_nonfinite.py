@@ -19,7 +19,8 @@ from conftest import compile_train_step, load_config
 from electra_jax.training import checkpoint, train
 from electra_jax.common import cli
 from electra_jax.training import optim
-from electra_jax.data import pipeline, preparation
+from electra_jax.data import preparation
+from electra_jax.training import inputs
 from electra_jax.common.errors import UsageError
 from electra_jax.finetune.glue import run as glue_run
 from test_finetune import TINY, finetune_config, glue_folder, sentences, write_vocab
@@ -65,7 +66,7 @@ def infinite_learning_rate_from(monkeypatch, step):
 
 def poisoned_batches_at(monkeypatch, steps, vocab_size):
   """The batches of these (1-based) steps hold a token id past the vocabulary: NaN embeddings."""
-  local_batch = pipeline.local_batch
+  local_batch = inputs.local_batch
 
   def poisoned(examples, batch_size, seed, step, *args):
     batch = local_batch(examples, batch_size, seed, step, *args)
@@ -73,7 +74,7 @@ def poisoned_batches_at(monkeypatch, steps, vocab_size):
       batch = {**batch, 'input_ids': np.where(batch['input_ids'] > 4, vocab_size,
                                               batch['input_ids'])}
     return batch
-  monkeypatch.setattr(pipeline, 'local_batch', poisoned)
+  monkeypatch.setattr(inputs, 'local_batch', poisoned)
 
 
 def stopped(config, workdir) -> str:

@@ -255,11 +255,10 @@ def test_every_objective_has_flops_and_the_ablations_count_their_heads():
 
 def test_an_unknown_objective_is_one_clear_error():
   from electra_jax.common import config as config_lib  # pylint: disable=g-import-not-at-top
-  from electra_jax.training import validation  # pylint: disable=g-import-not-at-top
   from electra_jax.common.errors import UsageError  # pylint: disable=g-import-not-at-top
   config = config_lib.default_config()
   config.data.train_files = 'x.txt'
   config.objective = 'electra15'
   with pytest.raises(UsageError, match="config.objective='electra15': use one of .*electra_15.*"
                                        'replace_mlm.*all_tokens_mlm'):
-    validation.validate(config, 1)
+    config_lib.validate(config, 1)

@@ -16,9 +16,8 @@ import pytest
 
 from conftest import REPO, WIKITEXT, load_config, real_file, tree_digest
 from electra_jax.common import run_lock
-from electra_jax.training import batches as batches_lib, train
-from electra_jax.data import run_vocab
-from electra_jax.data import packing, pipeline, preparation, sources, store
+from electra_jax.training import inputs, train
+from electra_jax.data import packing, preparation, sources, store
 from electra_jax.data import vocab as vocab_lib
 from electra_jax.common.errors import UsageError
 
@@ -221,22 +220,22 @@ def test_mixture_batches_hold_fixed_shares_of_each_source(vocab, tmp_path, wikit
   examples, _ = prepare(specs, vocab, tmp_path / 'mix', unit_bytes=400_000)
   sizes = examples.source_sizes
   assert examples.weights == [0.75, 0.25] and sum(sizes) == len(examples)
-  assert pipeline.mixture_counts([0.75, 0.25], 32) == [24, 8]
-  assert pipeline.mixture_counts([1, 1, 1], 32) == [11, 11, 10]
+  assert inputs.mixture_counts([0.75, 0.25], 32) == [24, 8]
+  assert inputs.mixture_counts([1, 1, 1], 32) == [11, 11, 10]
   with pytest.raises(UsageError, match='less than one example in a batch of 32'):
-    pipeline.mixture_counts([1, 0.01], 32)
+    inputs.mixture_counts([1, 0.01], 32)
 
   steps = sizes[1] // 8 + 1  # Long enough for the smaller source to pass a whole epoch.
-  batches = [pipeline.global_batch_indices(examples, 32, 5, s) for s in range(steps)]
+  batches = [inputs.global_batch_indices(examples, 32, 5, s) for s in range(steps)]
   from_first = [b[b < sizes[0]] for b in batches]
   assert all(len(b) == 24 for b in from_first)
   second = [b[b >= sizes[0]] - sizes[0] for b in batches]
   within_epoch = np.concatenate(second[:sizes[1] // 8])  # Source 2's first epoch: no repeats,
   assert len(set(within_epoch)) == len(within_epoch)
   assert set(np.concatenate(second)) == set(range(sizes[1]))  # and every example.
-  np.testing.assert_array_equal(pipeline.global_batch_indices(examples, 32, 5, 7), batches[7])
-  assert not np.array_equal(pipeline.global_batch_indices(examples, 32, 6, 7), batches[7])
-  shares = [pipeline.local_batch_indices(examples, 32, 5, 7, p, 4) for p in range(4)]
+  np.testing.assert_array_equal(inputs.global_batch_indices(examples, 32, 5, 7), batches[7])
+  assert not np.array_equal(inputs.global_batch_indices(examples, 32, 6, 7), batches[7])
+  shares = [inputs.local_batch_indices(examples, 32, 5, 7, p, 4) for p in range(4)]
   np.testing.assert_array_equal(np.concatenate(shares), batches[7])
   assert all(0 < np.sum(s >= sizes[0]) < 8 for s in shares[:2])  # Rows are shuffled.
 
@@ -246,10 +245,10 @@ def test_prefetched_batches_equal_the_batches_of_each_step(prepared):
   config = load_config('tiny')
   config.batch_size, config.num_train_steps = 8, 9
   sharding = NamedSharding(train.make_mesh(), PartitionSpec('data'))
-  expected = [pipeline.local_batch(examples, 8, config.seed, s) for s in range(3, 9)]
+  expected = [inputs.local_batch(examples, 8, config.seed, s) for s in range(3, 9)]
   for depth in (0, 2):
     config.data.prefetch_batches = depth
-    got = list(batches_lib.train_batches(examples, config, 3, sharding))
+    got = list(inputs.train_batches(examples, config, 3, sharding))
     assert len(got) == 6
     for batch, want in zip(got, expected):
       assert batch['input_ids'].sharding == sharding
@@ -265,7 +264,7 @@ def test_prefetched_batches_equal_the_batches_of_each_step(prepared):
       Failing.calls += 1
       return examples.gather(ids)
   Failing.calls = 0
-  batches = batches_lib.train_batches(Failing(), config, 0, sharding)
+  batches = inputs.train_batches(Failing(), config, 0, sharding)
   next(batches), next(batches)
   with pytest.raises(UsageError, match='disk gone'):
     next(batches)
@@ -328,11 +327,11 @@ def test_run_on_prepared_data_takes_its_vocabulary_and_refuses_another(tfds_prep
   config.data.prepared_dir = str(root / 'prepared')
   (tmp_path / 'run').mkdir()
   (tmp_path / 'other_run').mkdir()
-  vocab = run_vocab.setup_vocab(config, str(tmp_path / 'run'))
+  vocab = inputs.setup_vocab(config, str(tmp_path / 'run'))
   prepared_vocab = vocab_lib.load_vocab(str(root / 'prepared' / 'vocab.model'))
   assert vocab.fingerprint() == prepared_vocab.fingerprint()
   for split in ('train', 'eval'):
-    examples = batches_lib.load_examples(config, str(tmp_path / 'run'), vocab, split)
+    examples = inputs.load_examples(config, str(tmp_path / 'run'), vocab, split)
     assert len(examples) > 1000 and examples.directory == str(root / 'prepared' / split)
 
   # Asking for a lowercased vocabulary over a prepared cased one is refused before anything
@@ -340,16 +339,16 @@ def test_run_on_prepared_data_takes_its_vocabulary_and_refuses_another(tfds_prep
   config.data.vocab_lowercase = True
   (tmp_path / 'lowercase_run').mkdir()
   with pytest.raises(UsageError, match='data.vocab_lowercase=True, but .* is a cased vocabulary'):
-    run_vocab.setup_vocab(config, str(tmp_path / 'lowercase_run'))
+    inputs.setup_vocab(config, str(tmp_path / 'lowercase_run'))
   assert not os.listdir(tmp_path / 'lowercase_run')
   config.data.vocab_lowercase = False
 
   config.model.vocab_size = 300
   config.data.vocab_model = vocab_lib.train_vocab([str(WIKI_PART)], 300,
                                                   str(tmp_path / 'other')).model_path
-  other = run_vocab.setup_vocab(config, str(tmp_path / 'other_run'))
+  other = inputs.setup_vocab(config, str(tmp_path / 'other_run'))
   with pytest.raises(UsageError, match='was prepared with vocabulary sha256'):
-    batches_lib.load_examples(config, str(tmp_path / 'other_run'), other, 'train')
+    inputs.load_examples(config, str(tmp_path / 'other_run'), other, 'train')
 
 
 def test_tfds_corpus_trains_end_to_end_through_main(tfds_prepared, tmp_path):

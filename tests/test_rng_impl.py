@@ -8,8 +8,7 @@ import pytest
 
 from conftest import load_config
 from electra_jax.common import config as config_lib
-from electra_jax.training import validation
-from electra_jax.training import rng as rng_lib
+from electra_jax.training import train
 from electra_jax.common.errors import UsageError
 from test_objective import packed_like_sequences
 from test_train import run_steps
@@ -39,9 +38,9 @@ def test_default_keys_are_the_old_raw_keys_bit_for_bit():
   assert config.rng_impl == 'threefry2x32'
   init_rng, train_rng = jax.random.split(jax.random.PRNGKey(config.seed))
   expected = jax.random.split(jax.random.PRNGKey(config.seed))
-  assert np.array_equal(jax.random.key_data(jax.random.split(rng_lib.base_key(config))), expected)
+  assert np.array_equal(jax.random.key_data(jax.random.split(train.base_key(config))), expected)
   for step in (0, 7, 1 << 30):
-    assert np.array_equal(rng_lib.step_key(config, train_rng, step),
+    assert np.array_equal(train.step_key(config, train_rng, step),
                           jax.random.fold_in(train_rng, step))
   del init_rng
   # A config saved before the field existed means threefry.
@@ -65,8 +64,8 @@ def test_rbg_trains_and_does_not_depend_on_the_device_count_on_cpu(rng_impl):
   for a, b in zip(jax.tree.leaves(params_4), jax.tree.leaves(params_1)):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
   state_key_words = 4  # rbg keys are 4 uint32 words (threefry's 2)
-  assert rng_lib.base_key(config).shape == () and jax.random.key_data(
-      rng_lib.base_key(config)).shape == (state_key_words,)
+  assert train.base_key(config).shape == () and jax.random.key_data(
+      train.base_key(config)).shape == (state_key_words,)
   threefry_losses, _ = run_steps(jax.devices()[:1], hand_sized(), data)
   assert not np.allclose(threefry_losses, losses_1)  # another stream of masks and samples
 
@@ -75,7 +74,7 @@ def test_unknown_rng_impl_and_a_switch_on_resume_are_refused(tmp_path):
   config = hand_sized('philox')
   config.data.train_files = 'x.txt'
   with pytest.raises(UsageError, match='rng_impl'):
-    validation.validate(config, 1)
+    config_lib.validate(config, 1)
   saved = hand_sized()
   (tmp_path / 'config.json').write_text(json.dumps(saved.to_dict()))
   with pytest.raises(UsageError, match="rng_impl 'threefry2x32', not 'rbg'"):
@@ -84,7 +83,7 @@ def test_unknown_rng_impl_and_a_switch_on_resume_are_refused(tmp_path):
 
 
 def test_rbg_on_several_tpu_chips_is_told_how_to_draw_only_each_chips_share():
-  warn = lambda config, platform='tpu', chips=4, args='': rng_lib.rbg_sharding_warning(
+  warn = lambda config, platform='tpu', chips=4, args='': train.rbg_sharding_warning(
       config, platform, chips, args)
   threefry, rbg, unsafe = hand_sized(), hand_sized('rbg'), hand_sized('unsafe_rbg')
   assert warn(threefry) is None
@@ -92,9 +91,9 @@ def test_rbg_on_several_tpu_chips_is_told_how_to_draw_only_each_chips_share():
   assert warn(rbg, chips=1) is None
   told = warn(rbg, chips=16)
   assert told.startswith('rng_impl=rbg on 16 TPU chips') and '16 times the bits it uses' in told
-  assert f"LIBTPU_INIT_ARGS='{rng_lib.RBG_PARTITION_FLAG}'" in told
+  assert f"LIBTPU_INIT_ARGS='{train.RBG_PARTITION_FLAG}'" in told
   assert 'rng_impl=unsafe_rbg on 4 TPU chips' in warn(unsafe)
-  for partitioned in (rng_lib.RBG_PARTITION_FLAG, '--xla_tpu_spmd_rng_bit_generator_unsafe=1',
+  for partitioned in (train.RBG_PARTITION_FLAG, '--xla_tpu_spmd_rng_bit_generator_unsafe=1',
                       '--foo=1 --xla_tpu_spmd_rng_bit_generator_unsafe',
                       '--xla_tpu_spmd_rng_bit_generator_unsafe=false '
                       '--xla_tpu_spmd_rng_bit_generator_unsafe=true'):
@@ -104,6 +103,6 @@ def test_rbg_on_several_tpu_chips_is_told_how_to_draw_only_each_chips_share():
                           '--xla_tpu_spmd_rng_bit_generator_unsafe=0'):
     assert 'times the bits it uses' in warn(rbg, args=not_partitioned), not_partitioned
   rbg.remat = True
-  remat = warn(rbg, args=rng_lib.RBG_PARTITION_FLAG)
-  assert remat.startswith(f'rng_impl=rbg with {rng_lib.RBG_PARTITION_FLAG} and remat')
+  remat = warn(rbg, args=train.RBG_PARTITION_FLAG)
+  assert remat.startswith(f'rng_impl=rbg with {train.RBG_PARTITION_FLAG} and remat')
   assert 'times the bits' in warn(rbg)  # without the flag, the first thing to tell

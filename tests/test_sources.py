@@ -13,7 +13,7 @@ import struct
 from array_record.python import array_record_module as array_record
 import pytest
 
-from electra_jax.data import sources, text, tfds_source
+from electra_jax.data import sources, text
 from electra_jax.common.errors import UsageError
 
 
@@ -172,8 +172,8 @@ def test_tfrecord_split_is_read_without_tensorflow(tfds_dir, tmp_path):
   info = json.loads((version_dir / 'dataset_info.json').read_text())
   info['fileFormat'] = 'tfrecord'
   (version_dir / 'dataset_info.json').write_text(json.dumps(info))
-  tfds_source.builder.cache_clear()
-  tfds_source.data_source.cache_clear()
+  sources.tfds_builder.cache_clear()
+  sources.tfds_data_source.cache_clear()
 
   [spec] = sources.parse_sources(f'tfds:{name}:train')
   units = sources.source_units(spec, tfds_data_dir=str(copy))
@@ -189,8 +189,8 @@ def test_tfrecord_split_is_read_without_tensorflow(tfds_dir, tmp_path):
 
 def test_catalog_dataset_name_split_and_feature_with_mock_data(tmp_path):
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  tfds_source.builder.cache_clear()
-  tfds_source.data_source.cache_clear()
+  sources.tfds_builder.cache_clear()
+  sources.tfds_data_source.cache_clear()
   try:
     with tfds.testing.mock_data(num_examples=9):
       [spec] = sources.parse_sources('tfds:wikipedia/20230601.en:train:text@1')
@@ -200,5 +200,5 @@ def test_catalog_dataset_name_split_and_feature_with_mock_data(tmp_path):
       [title] = sources.parse_sources('tfds:wikipedia/20230601.en:train:title')
       assert len(documents(sources.source_units(title, tfds_data_dir=str(tmp_path)))) == 9
   finally:  # The mocked sources must not outlive the mock.
-    tfds_source.builder.cache_clear()
-    tfds_source.data_source.cache_clear()
+    sources.tfds_builder.cache_clear()
+    sources.tfds_data_source.cache_clear()

@@ -18,8 +18,7 @@ import pytest
 from tensorboardX import record_writer
 
 from conftest import WIKITEXT, load_config
-from electra_jax.training import checkpoint, batches, report
-from electra_jax.data import run_vocab
+from electra_jax.training import checkpoint, inputs, report
 from electra_jax.common import cli, config as config_lib, storage
 from electra_jax.training import train
 from electra_jax.data import vocab as vocab_lib
@@ -131,16 +130,16 @@ def test_checkpoints_go_to_the_uri_itself():
 def test_local_dir_defaults():
   config = load_config('tiny')
   home_cache = os.path.expanduser('~/.cache/electra_jax')
-  assert run_vocab.local_dir(config, 'runs/x') == 'runs/x/data'
-  remote = run_vocab.local_dir(config, RUN)
+  assert inputs.local_dir(config, 'runs/x') == 'runs/x/data'
+  remote = inputs.local_dir(config, RUN)
   assert os.path.dirname(remote) == home_cache
-  assert run_vocab.local_dir(config, RUN + '/') == remote
-  assert run_vocab.local_dir(config, 'gs://bucket/runs/other') != remote
+  assert inputs.local_dir(config, RUN + '/') == remote
+  assert inputs.local_dir(config, 'gs://bucket/runs/other') != remote
   config.data.local_dir = '~/prepared'
-  assert run_vocab.local_dir(config, RUN) == os.path.expanduser('~/prepared')
+  assert inputs.local_dir(config, RUN) == os.path.expanduser('~/prepared')
   config.data.local_dir = 'gs://bucket/data'
   with pytest.raises(UsageError, match='data.local_dir'):
-    run_vocab.local_dir(config, RUN)
+    inputs.local_dir(config, RUN)
 
 
 def test_vocab_goes_to_the_run_and_data_stays_local(bucket, tmp_path, wikitext):
@@ -150,23 +149,23 @@ def test_vocab_goes_to_the_run_and_data_stays_local(bucket, tmp_path, wikitext):
   config.data.train_files = str(WIKITEXT / 'wiki.train.PARTIAL-first-1019-lines.raw')
   config.data.vocab_sample_sentences = 500
   config.data.local_dir = str(tmp_path / 'host0')
-  vocab = run_vocab.setup_vocab(config, RUN)
+  vocab = inputs.setup_vocab(config, RUN)
   assert sorted(os.listdir(run_dir(bucket))) == ['vocab.model', 'vocab.vocab']
   assert vocab.model_path == str(tmp_path / 'host0' / 'vocab.model')
   assert (run_dir(bucket) / 'vocab.model').read_bytes() == \
       (tmp_path / 'host0' / 'vocab.model').read_bytes()
 
-  examples = batches.load_examples(config, RUN, vocab, 'train')
+  examples = inputs.load_examples(config, RUN, vocab, 'train')
   assert examples.directory == str(tmp_path / 'host0' / 'train')
   assert (tmp_path / 'host0' / 'train' / 'manifest.json').exists()
   assert not (run_dir(bucket) / 'data').exists()
 
   # Another host (its own local directory) takes the run's vocabulary instead of training one.
   config.data.local_dir = str(tmp_path / 'host1')
-  other = run_vocab.setup_vocab(config, RUN)
+  other = inputs.setup_vocab(config, RUN)
   assert other.model_path == str(tmp_path / 'host1' / 'vocab.model')
   assert vocab_lib.vocab_fingerprint(other) == vocab_lib.vocab_fingerprint(vocab)
-  exported = run_vocab.load_run_vocab(RUN, str(tmp_path / 'export'))
+  exported = inputs.load_run_vocab(RUN, str(tmp_path / 'export'))
   assert vocab_lib.vocab_fingerprint(exported) == vocab_lib.vocab_fingerprint(vocab)
 
 

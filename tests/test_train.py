@@ -9,15 +9,15 @@ import pytest
 from conftest import load_config
 from electra_jax.common import config as config_lib
 from electra_jax.model import networks as model_lib
-from electra_jax.training import optim, validation
+from electra_jax.training import optim
 from electra_jax.common.errors import UsageError
 from electra_jax.objective import masking
-from electra_jax.training import rng as rng_lib, train
+from electra_jax.training import train
 from test_objective import packed_like_sequences
 
 
 def run_steps(devices, config, batches):
-  """Steps as the training loop runs them: the step's key is rng_lib.step_key(state.rng, step)."""
+  """Steps as the training loop runs them: the step's key is train.step_key(state.rng, step)."""
   mesh = train.make_mesh(devices)
   model = train.make_model(config)
   optimizer = optim.make_optimizer(config)
@@ -26,7 +26,7 @@ def run_steps(devices, config, batches):
   losses = []
   for i, batch in enumerate(batches):
     batch = {k: jax.device_put(v, batch_sharding) for k, v in batch.items()}
-    state, stats = step(state, batch, rng_lib.step_key(config, state.rng, i))
+    state, stats = step(state, batch, train.step_key(config, state.rng, i))
     losses.append(float(stats['loss']))
   return np.array(losses), jax.device_get(state.params)
 
@@ -162,7 +162,7 @@ def test_temperature_schedule_samples_each_step_at_its_own_temperature():
       step, _, replicated, sharding = compiled[id(step_config)][1]
       state = state or train.create_train_state(step_config, model, optimizer, replicated)
       state, stats = step(state, {k: jax.device_put(v, sharding) for k, v in batch.items()},
-                          rng_lib.step_key(config, state.rng, i))
+                          train.step_key(config, state.rng, i))
       losses.append(float(stats['loss']))
     return np.array(losses), jax.device_get(state.params)
 
@@ -189,7 +189,7 @@ def test_temperatures_that_cannot_be_sampled_at_are_refused():
   config = config_lib.default_config()
   config.data.train_files = 'x.txt'
   config.temperature_start = 2.0
-  validation.validate(config, 1)
+  config_lib.validate(config, 1)
   for fields, message in (({'temperature': 0.0}, r'temperature=0.0: use a value in \(0, inf\)'),
                           ({'temperature_start': -1.0}, r'temperature_start=-1.0: use a value in'),
                           ({'objective': 'mlm'}, "this run has none \\(objective 'mlm'"),
@@ -197,7 +197,7 @@ def test_temperatures_that_cannot_be_sampled_at_are_refused():
     changed = config.copy_and_resolve_references()
     changed.update(fields)
     with pytest.raises(UsageError, match=message):
-      validation.validate(changed, 1)
+      config_lib.validate(changed, 1)
 
 
 def test_numbers_outside_their_meaning_are_refused_and_their_edges_are_not():
@@ -208,11 +208,11 @@ def test_numbers_outside_their_meaning_are_refused_and_their_edges_are_not():
   edges = {'model.dropout_rate': 0.0, 'model.attention_dropout_rate': 0.0, 'weight_decay': 0.0,
            'adam_b1': 0.0, 'adam_eps': 0.0, 'warmup_steps': 0, 'disc_weight': 0.0,
            'mask_prob': 0.99, 'embedding_weight_decay': 0.0, 'stall_check_after': 0}
-  validation.validate(config, 1)  # embedding_weight_decay unset (None): no interval to check
+  config_lib.validate(config, 1)  # embedding_weight_decay unset (None): no interval to check
   for name, value in edges.items():
     changed = config.copy_and_resolve_references()
     changed.update_from_flattened_dict({name: value})
-    validation.validate(changed, 1)
+    config_lib.validate(changed, 1)
   refused = {'model.dropout_rate': (1.0, r'\[0, 1\)'),
              'model.attention_dropout_rate': (-0.1, r'\[0, 1\)'),
              'adam_b2': (1.0, r'\[0, 1\)'), 'weight_decay': (-0.01, r'\[0, inf\)'),
@@ -224,7 +224,7 @@ def test_numbers_outside_their_meaning_are_refused_and_their_edges_are_not():
     changed = config.copy_and_resolve_references()
     changed.update_from_flattened_dict({name: value})
     with pytest.raises(UsageError, match=rf'config\.{name}={value}: use a value in {interval}'):
-      validation.validate(changed, 1)
+      config_lib.validate(changed, 1)
 
 
 def test_remat_changes_nothing_but_memory():
@@ -253,7 +253,7 @@ def test_checkpoint_saved_on_4_devices_restores_on_2_and_1(tmp_path):
     losses = []
     for i in range(start, 4):
       batch = {k: jax.device_put(v, batch_sharding) for k, v in batches[i].items()}
-      state, stats = step(state, batch, rng_lib.step_key(config, state.rng, i))
+      state, stats = step(state, batch, train.step_key(config, state.rng, i))
       losses.append(float(stats['loss']))
     return losses
 
@@ -284,7 +284,7 @@ def rebuilt_auc(model, params, batch, key, config, micro_batch=0):
   from electra_jax import objective  # pylint: disable=g-import-not-at-top
   from electra_jax.objective import electra  # pylint: disable=g-import-not-at-top
   special, batch = train.special_ids(config), jax.tree.map(jax.numpy.asarray, batch)
-  prepared, dropout_rng = objective.draw(rng_lib.as_key(config, key), batch['input_ids'], config,
+  prepared, dropout_rng = objective.draw(train.as_key(config, key), batch['input_ids'], config,
                                          special)
   prepared = prepared._replace(temperature=masking.scheduled_temperature(config, 0))
   k = config.grad_accum_steps
@@ -312,7 +312,7 @@ def test_the_logged_auc_is_the_exact_auc_of_the_steps_own_scores(grad_accum_step
   probe = train.compile_auc_probe(config, model, mesh, special)
   state = train.create_train_state(config, model, optimizer, replicated)
   batch = {k: jax.device_put(v, batch_sharding) for k, v in random_batches(1, 8)[0].items()}
-  key = rng_lib.step_key(config, state.rng, 0)
+  key = train.step_key(config, state.rng, 0)
   logged = jax.device_get(probe(state, batch, key))
   forward = jax.device_get(jax.jit(lambda *args: train.forward_stats(
       *args, model=model, config=config, special=special))(state, batch, key))

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from electra_jax.common import config as config_lib
-from electra_jax.training import validation
 from electra_jax.common.errors import UsageError
 from electra_jax.hf import exporting
 from electra_jax.training import generator_modes
@@ -80,16 +79,16 @@ def test_two_stage_needs_a_discriminator_sized_generator_and_both_stages():
   assert (config.generator_kind, config.embedding_sharing) == ('two_stage', 'none')
   with pytest.raises(UsageError, match="two_stage_steps=5 initialises the discriminator with the "
                                        "generator's weights.*generator_hidden_size=1.0"):
-    validation.validate(config, 1)
+    config_lib.validate(config, 1)
   config.model.generator_hidden_size = 1.0
-  validation.validate(config, 1)
+  config_lib.validate(config, 1)
   config.two_stage_steps = 10
   with pytest.raises(UsageError, match='must be below num_train_steps=10'):
-    validation.validate(config, 1)
+    config_lib.validate(config, 1)
   config.update(two_stage_steps=5, objective='mlm')
   with pytest.raises(UsageError, match="generator_kind='two_stage' applies to objective electra, "
                                        "not 'mlm'"):
-    validation.validate(config, 1)
+    config_lib.validate(config, 1)
   config.update(objective='electra', embedding_sharing='gdes', generator_kind='joint')
   with pytest.raises(UsageError, match="embedding_sharing='gdes' ties generator weights"):
     config_lib.resolve(config)

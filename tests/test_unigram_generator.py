@@ -8,7 +8,7 @@ import pytest
 
 from electra_jax import objective
 from electra_jax.common import config as config_lib
-from electra_jax.training import flops, validation
+from electra_jax.training import flops
 from electra_jax.common.errors import UsageError
 from electra_jax.objective import masking
 from test_objective_ablations import (
@@ -110,4 +110,4 @@ def test_settings_that_need_a_generator_network_are_refused(setting, message):
   config.generator_kind = 'unigram'
   config.update(setting)
   with pytest.raises(UsageError, match=message):
-    validation.validate(config, 1)
+    config_lib.validate(config, 1)

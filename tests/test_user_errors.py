@@ -99,7 +99,6 @@ def test_every_count_and_size_must_be_positive_and_is_refused_before_other_check
   """Before the checks that divide by them (hidden_size % num_heads), each in one line."""
   # pylint: disable=g-import-not-at-top
   from electra_jax.common import config as config_lib
-  from electra_jax.training import validation
   config = config_lib.default_config()
   config.data.train_files = 'x.txt'
   counts = {name: field.allowed for name, field in config_lib.FIELDS.items()
@@ -115,7 +114,7 @@ def test_every_count_and_size_must_be_positive_and_is_refused_before_other_check
       refused.update_from_flattened_dict({name: value})
       with pytest.raises(UsageError, match=rf'^config\.{name}={value}(\.0)?: use a value in '
                                            rf'{re.escape(interval)}$'):
-        validation.validate(refused, 1)
+        config_lib.validate(refused, 1)
 
 
 def test_fine_tuning_refuses_a_count_of_zero_in_one_line(inputs, tmp_path):

@@ -16,7 +16,7 @@ from electra_jax import objective
 from electra_jax.common.errors import UsageError
 from electra_jax.data import vocab as vocab_lib
 from electra_jax.objective import masking
-from electra_jax.training import validation
+from electra_jax.common import config as config_lib
 from conftest import load_config
 
 LENGTH = 128
@@ -275,4 +275,4 @@ def test_an_unknown_masking_is_refused_by_name():
   config.masking = 'words'
   with pytest.raises(UsageError, match=r"config.masking='words': use one of token, whole_word, "
                                        r'span'):
-    validation.validate(config, 1)
+    config_lib.validate(config, 1)

@@ -7,7 +7,7 @@ for gs://, s3fs for s3://). Object stores have no rename and no append, but an o
 replaced whole and atomically, so a file at a URI is always written in one piece.
 
 What must stay local (prepared examples, which are memory-mapped, and the vocabulary file
-sentencepiece loads) lives in data.local_dir; see training/batches.py, local_dir.
+sentencepiece loads) lives in data.local_dir; see training/inputs.py, local_dir.
 """
 
 import importlib.util

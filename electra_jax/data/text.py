@@ -1,14 +1,17 @@
-"""Text files read line by line (universal newlines, .gz too), and plain corpora in byte ranges.
+"""Text files read line by line (universal newlines, .gz and .zst too), and plain corpora in byte
+ranges.
 
 Bytes that are not UTF-8, a NUL byte (binary or UTF-16), a line over MAX_LINE_BYTES or a damaged
-.gz are refused naming the file, line and offset, never replaced or dropped: such text would
-quietly end up in the vocabulary and the examples.
+.gz or .zst are refused naming the file, line and offset, never replaced or dropped: such text
+would quietly end up in the vocabulary and the examples.
 """
 
 import collections
 from collections.abc import Callable, Iterable, Iterator, Sequence
+import functools
 import glob
 import gzip
+import importlib
 import itertools
 import os
 import zlib
@@ -20,6 +23,19 @@ _UTF8_BOM = b'\xef\xbb\xbf'
 # without line breaks fails fast instead of filling memory.
 MAX_LINE_BYTES = 16 << 20
 _BLOCK_BYTES = 1 << 20  # Read at a time.
+# Compressed files are read whole: neither format can be entered mid-stream.
+COMPRESSED = ('.gz', '.zst')
+_ZSTD_READ_BYTES = 1 << 18  # Compressed bytes fed at a time: text inflates ~4x, rarely 50x.
+
+
+def optional_module(name: str, needed_for: str):
+  """The module `name` (pyarrow, zstandard, datasets: the 'corpora' extra), imported only where
+  a source needs it, or one error that says how to install it."""
+  try:
+    return importlib.import_module(name)
+  except ImportError as e:
+    raise UsageError(f"{needed_for} needs the Python package '{name}' ({e}); `pip install {name}`"
+                     ", or `pip install 'electra_jax[corpora]'` for every corpus format") from None
 
 
 def resolve_files(patterns: str | Sequence[str], setting: str = 'data.train_files') -> list[str]:
@@ -82,20 +98,62 @@ def _decode_line(raw: bytes, path: str, line_number: int | None, line_offset: in
         f'(bytes {bad}); convert it with `iconv -f <its encoding> -t utf-8 {path}`') from None
 
 
-def open_binary(path: str):
-  """Opens a corpus file for reading bytes, decompressing it if its name ends in .gz."""
+def _zstd_blocks(f, zstandard) -> Iterator[bytes]:
+  """The decompressed bytes of a .zst file's frames, one after another. A frame cut short raises
+  EOFError: zstandard's stream reader would end there silently, as if the file were whole."""
+  frame = None  # The frame being decompressed; None between frames.
+  while data := f.read(_ZSTD_READ_BYTES):
+    while data:
+      frame = frame or zstandard.ZstdDecompressor().decompressobj()
+      if block := frame.decompress(data):
+        yield block
+      data, frame = (frame.unused_data, None) if frame.eof else (b'', frame)
+  if frame is not None:
+    raise EOFError('the file ends inside a zstd frame')
+
+
+def read_blocks(path: str, start: int = 0, size: int = _BLOCK_BYTES) -> Iterator[bytes]:
+  """A corpus file's bytes from `start` in blocks (of about `size` bytes), decompressed where its
+  name ends in .gz or .zst (read from the start). Damage is refused naming how far it read."""
   try:
-    return gzip.open(path, 'rb') if path.endswith('.gz') else open(path, 'rb')
+    f = gzip.open(path, 'rb') if path.endswith('.gz') else open(path, 'rb')
   except OSError as e:
     raise UsageError(
         f"cannot read '{path}': {e.strerror}; check the path and its permissions") from None
+  damage = (OSError, EOFError, zlib.error)  # gzip.BadGzipFile is an OSError
+  if path.endswith('.zst'):
+    zstandard = optional_module('zstandard', f"reading '{path}'")
+    blocks, damage = _zstd_blocks(f, zstandard), (*damage, zstandard.ZstdError)
+  else:
+    f.seek(start)
+    blocks = iter(functools.partial(f.read, size), b'')
+  done = start  # Bytes read (decompressed) so far.
+  with f:
+    try:
+      for block in blocks:
+        yield block
+        done += len(block)
+    except damage as e:
+      where = f'after byte {done}' if done else 'at its start'
+      raise UsageError(f"cannot read '{path}' {where} ({e}); the file is damaged or truncated: "
+                       'restore it or leave it out') from None
 
 
-def _raw_lines(f, limit: int) -> Iterator[bytes]:
-  """A binary file's lines with their endings, read in blocks: a line over `limit` bytes comes
-  cut short, without its ending, for the caller to refuse (memory stays bounded)."""
+def read_head(path: str, size: int) -> bytes:
+  """The first `size` (decompressed) bytes of a corpus file, or all of a shorter one."""
+  head = b''
+  for block in read_blocks(path, size=size):
+    head += block
+    if len(head) >= size:
+      break
+  return head[:size]
+
+
+def _raw_lines(blocks: Iterable[bytes], limit: int) -> Iterator[bytes]:
+  """The lines of a binary stream with their endings: a line over `limit` bytes comes cut short,
+  without its ending, for the caller to refuse (memory stays bounded)."""
   pending, held = [], 0  # The start of an unfinished line, in pieces: joined once, when it ends.
-  while block := f.read(_BLOCK_BYTES):
+  for block in blocks:
     if pending and pending[-1].endswith(b'\r'):  # It ended, with this block's '\n' if it has one.
       if block.startswith(b'\n'):
         pending.append(b'\n')
@@ -126,43 +184,28 @@ def read_lines_at(path: str, start: int = 0, stop: int | None = None,
                   max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, str]]:
   """(byte offset, stripped line) of a file's bytes [start, stop), which begin at a line.
 
-  A .gz file is read whole (start 0), its offsets counting uncompressed bytes.
+  A .gz or .zst file is read whole (start 0), its offsets counting uncompressed bytes.
   """
-  with open_binary(path) as f:
-    if start:
-      f.seek(start)
-    offset = start
-    try:
-      for line_number, raw in enumerate(_raw_lines(f, max_line_bytes), start=1):
-        if stop is not None and offset >= stop:
-          break
-        # Line numbers are only known when reading from the start of the file.
-        number = line_number if not start else None
-        if len(raw) > max_line_bytes:
-          raise UsageError(
-              f"'{path}' has a line longer than {max_line_bytes >> 20} MiB at "
-              f'{_where(number, offset)}: no sentence, paragraph or record is that long, so the '
-              'file is not text in lines (a binary file, or text without line breaks); split it '
-              'into lines or leave it out')
-        if (nul := raw.find(b'\0')) >= 0:
-          raise UsageError(
-              f"'{path}' holds a NUL byte at {_where(number, offset + nul)}, which no text "
-              'holds: it is a binary file, or UTF-16 text (convert that with `iconv -f UTF-16 -t '
-              f'UTF-8 {path}`); convert it or leave it out')
-        skip = len(_UTF8_BOM) if offset == 0 and raw.startswith(_UTF8_BOM) else 0
-        yield offset, _decode_line(raw[skip:], path, number, offset + skip).strip()
-        offset += len(raw)
-    except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
-      raise UsageError(f"cannot read '{path}' after byte {_position(f, offset)} ({e}); the file "
-                       'is damaged or truncated: restore it or leave it out') from None
-
-
-def _position(f, fallback: int) -> int:
-  """How far a file was read (a .gz file: its uncompressed bytes decoded before the damage)."""
-  try:
-    return f.tell()
-  except (OSError, ValueError):
-    return fallback
+  offset = start
+  for line_number, raw in enumerate(_raw_lines(read_blocks(path, start), max_line_bytes), start=1):
+    if stop is not None and offset >= stop:
+      break
+    # Line numbers are only known when reading from the start of the file.
+    number = line_number if not start else None
+    if len(raw) > max_line_bytes:
+      raise UsageError(
+          f"'{path}' has a line longer than {max_line_bytes >> 20} MiB at "
+          f'{_where(number, offset)}: no sentence, paragraph or record is that long, so the '
+          'file is not text in lines (a binary file, or text without line breaks); split it '
+          'into lines or leave it out')
+    if (nul := raw.find(b'\0')) >= 0:
+      raise UsageError(
+          f"'{path}' holds a NUL byte at {_where(number, offset + nul)}, which no text "
+          'holds: it is a binary file, or UTF-16 text (convert that with `iconv -f UTF-16 -t '
+          f'UTF-8 {path}`); convert it or leave it out')
+    skip = len(_UTF8_BOM) if offset == 0 and raw.startswith(_UTF8_BOM) else 0
+    yield offset, _decode_line(raw[skip:], path, number, offset + skip).strip()
+    offset += len(raw)
 
 
 def read_lines(path: str, start: int = 0, stop: int | None = None) -> Iterator[str]:
@@ -202,10 +245,11 @@ def line_ranges(path: str, unit_bytes: int, *,
   """A file cut into byte ranges of about `unit_bytes`, (start, stop or None for the end).
 
   A range starts at a line: where given, after one `ends_document` accepts ('</doc>') or at one
-  `starts_document` accepts (a title), so no document is cut in two. A .gz file is one range.
+  `starts_document` accepts (a title), so no document is cut in two. A .gz or .zst file is one
+  range.
   """
   size = os.path.getsize(path)
-  if path.endswith('.gz') or size <= unit_bytes:
+  if path.endswith(COMPRESSED) or size <= unit_bytes:
     return [(0, None)]
   starts = [0]
   with open(path, 'rb') as f:

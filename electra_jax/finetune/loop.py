@@ -23,7 +23,7 @@ import optax
 import orbax.checkpoint as ocp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from electra_jax.training import checkpoint, compile_cache, nonfinite
+from electra_jax.training import checkpoint, compile_cache
 from electra_jax.common import config as config_lib, interrupts
 from electra_jax.training import optim as pretrain_optim
 from electra_jax.training import train as pretrain
@@ -56,7 +56,7 @@ def train_step(state, inputs, order, length, *, loss_of, optimizer):
   batch = gather_batch(inputs, order, state.step, length)
   rng = jax.random.fold_in(state.rng, state.step)
   loss, grads = jax.value_and_grad(loss_of)(state.params, batch, rng)
-  params, opt_state, finite = nonfinite.guarded_update(optimizer, grads, loss, state.params,
+  params, opt_state, finite = pretrain_optim.guarded_update(optimizer, grads, loss, state.params,
                                                        state.opt_state)
   return (state.replace(step=state.step + 1, params=params, opt_state=opt_state),
           jnp.where(finite, loss, 0.0), jnp.logical_not(finite).astype(jnp.int32))
@@ -155,12 +155,12 @@ def train_seed(config, seed, start, model, compiled, train_inputs, total_steps, 
     if first_step:
       logging.info('seed %d: resuming at step %d of %d', seed, first_step, total_steps)
     window, skipped, started = [], [], time.perf_counter()
-    watch = nonfinite.start()
+    watch = pretrain_optim.start()
     for step in range(first_step, total_steps):
       if step == first_step and interrupts.requested():  # before this seed trained: none to save
         stop(config, seed, step, total_steps, before=True)
       state, loss, bad = compiled.step(state, train_inputs, order, lengths[step])
-      watch = nonfinite.watch(watch, bad, state.step)
+      watch = pretrain_optim.watch(watch, bad, state.step)
       window.append(loss)
       skipped.append(bad)
       done = step + 1
@@ -169,8 +169,8 @@ def train_seed(config, seed, start, model, compiled, train_inputs, total_steps, 
       at_save = (done == total_steps or (config.save_every and done % config.save_every == 0)
                  or stopping)
       if at_log or at_save:  # nothing after a non-finite step is saved ('stop')
-        seen, watch = nonfinite.read(watch)
-        nonfinite.check(seen, config, f' of {config.task} seed {seed}',
+        seen, watch = pretrain_optim.read(watch)
+        pretrain_optim.check(seen, config, f' of {config.task} seed {seed}',
                         lambda: f'{checkpoint.last_good(manager)}; no results were written')
       if at_log:
         applied = len(window) - int(np.sum(jax.device_get(skipped)))

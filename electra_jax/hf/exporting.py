@@ -13,9 +13,8 @@ import ml_collections
 
 from electra_jax.common import config as config_lib, storage
 from electra_jax.common.errors import UsageError
-from electra_jax.data import run_vocab
 from electra_jax.model import networks as model_lib
-from electra_jax.training import checkpoint, train
+from electra_jax.training import checkpoint, inputs, train
 from electra_jax.hf import files, model_card, model_config, params as params_lib, tokenizer
 
 # The networks (params.NETWORKS) each objective exports, as DIR/<network>. All-Tokens MLM's copy
@@ -67,7 +66,7 @@ def load_run(workdir: str, step: int | None = None) -> Run:
                      f'{", ".join(map(str, steps))}')
   params = checkpoint.restore_params(manager, step, train.abstract_params(config))
   manager.close()
-  vocab = run_vocab.load_run_vocab(workdir, run_vocab.local_dir(config, workdir))
+  vocab = inputs.load_run_vocab(workdir, inputs.local_dir(config, workdir))
   if vocab.size != config.model.vocab_size:
     raise UsageError(f'the vocabulary {vocab.model_path} has {vocab.size} pieces but the run\'s '
                      f'model has vocab_size={config.model.vocab_size}; it is not this run\'s '

@@ -18,10 +18,10 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from electra_jax.common import config as config_lib, storage
 from electra_jax.common.errors import UsageError
-from electra_jax.data import run_vocab, vocab as vocab_lib
+from electra_jax.data import vocab as vocab_lib
 from electra_jax.hf import bert, files, model_config, params as params_lib
 from electra_jax.model import networks
-from electra_jax.training import checkpoint, generator_modes, optim, train
+from electra_jax.training import checkpoint, generator_modes, inputs, optim, train
 
 VOCAB_FILES = ('vocab.model', 'vocab.txt')  # what our export writes; Google's have vocab.txt
 
@@ -164,7 +164,7 @@ def import_checkpoint(config: ml_collections.ConfigDict, workdir: str, hf_dir: s
   state = state.replace(params=params, opt_state=opt_state)
 
   storage.makedirs(workdir)
-  storage.copy_file(vocab_path, run_vocab.run_vocab_path(workdir, vocab_path))
+  storage.copy_file(vocab_path, inputs.run_vocab_path(workdir, vocab_path))
   manager = checkpoint.make_manager(workdir, config.keep_checkpoints)
   checkpoint.save(manager, 0, state, checkpoint.identity(config))
   manager.wait_until_finished()

@@ -10,7 +10,8 @@ from typing import Any
 
 import ml_collections
 
-from electra_jax.model import layers, networks as model_lib
+from electra_jax.common import config as config_lib
+from electra_jax.model import layers
 from electra_jax.hf import params as params_lib
 from electra_jax.common.errors import UsageError
 
@@ -44,9 +45,9 @@ def to_hf(model_config: ml_collections.ConfigDict, network: str) -> dict[str, An
   """The config.json of `network` ('discriminator', 'generator' or 'mlm', see params.NETWORKS)."""
   m = model_config
   if network == 'generator':
-    width = model_lib.generator_width(m)
+    width = config_lib.generator_width(m)
     heads, ffn = generator_shape(width)
-    depth = model_lib.generator_depth(m)
+    depth = config_lib.generator_depth(m)
   else:
     width, heads, ffn, depth = m.hidden_size, m.num_heads, m.intermediate_size, m.num_layers
   kind = params_lib.NETWORKS[network].kind
@@ -154,11 +155,11 @@ def from_hf(discriminator: dict | None, generator: dict | None,
     result.hidden_size = discriminator['hidden_size']
     result.num_heads = discriminator['num_attention_heads']
     result.intermediate_size = discriminator['intermediate_size']
-  if generator is not None and model_lib.generator_width(result) != generator['hidden_size']:
+  if generator is not None and config_lib.generator_width(result) != generator['hidden_size']:
     result.generator_hidden_size = generator['hidden_size']
   if generator is not None and discriminator is not None:
     # As a fraction: a count of 1 would read as the fraction 1.0 (every layer).
     depth = generator['num_hidden_layers'] / discriminator['num_hidden_layers']
-    if model_lib.generator_depth(result) != generator['num_hidden_layers']:
+    if config_lib.generator_depth(result) != generator['num_hidden_layers']:
       result.generator_layers = depth
   return result

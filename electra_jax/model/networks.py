@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from electra_jax.common.config import generator_depth, generator_width
 from electra_jax.model.layers import DiscriminatorHead, Embeddings, Encoder, MLMHead, glorot_init
 
 
@@ -43,18 +44,6 @@ class ModelConfig:
     if isinstance(model, cls):
       return model
     return cls(**{field.name: model[field.name] for field in dataclasses.fields(cls)})
-
-
-def generator_width(config: ModelConfig | ml_collections.ConfigDict) -> int:
-  """Hidden width of the generator: a fraction of the discriminator's (an int is taken as is)."""
-  size = config.generator_hidden_size
-  return int(size) if size > 1 else int(round(config.hidden_size * size))
-
-
-def generator_depth(config: ModelConfig | ml_collections.ConfigDict) -> int:
-  """Layers of the generator: a fraction of the discriminator's (> 1: the count), at least 1."""
-  depth = config.generator_layers
-  return int(depth) if depth > 1 else max(1, int(round(config.num_layers * depth)))
 
 
 def discriminator_encoder(net: nn.Module) -> Encoder:
@@ -103,7 +92,7 @@ class Electra(nn.Module):
   the RTD loss never moves the generator's words (their tug-of-war, DeBERTa-v3 section 3) and
   the MLM loss never moves the delta. The paper's section 3.2 "Weight sharing": 'none' gives the
   generator its own `generator_embeddings`; 'all' ties its encoder to the discriminator's (no
-  `generator` entry), which needs a generator of the discriminator's size (validation checks).
+  `generator` entry), which needs a generator of the discriminator's size (common/config.py checks).
   The heads stay separate in every setting.
   """
   config: ModelConfig  # the `model` section of the run config

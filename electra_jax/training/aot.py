@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from electra_jax.common import config as config_lib
-from electra_jax.training import flops, optim, rng as rng_lib, train, validation
+from electra_jax.training import flops, optim, train
 from electra_jax.training.compiled_program import (collective_summary, collectives, cost, memory,
                                                    pallas_kernels, random_bit_elements,
                                                    tree_bytes)
@@ -123,7 +123,7 @@ def lower_pretrain_step(config: ml_collections.ConfigDict, devices):
   state = train.abstract_train_state(config, train.make_model(config), optimizer, replicated)
   tokens = jax.ShapeDtypeStruct((config.batch_size, config.max_seq_length), jnp.int32,
                                 sharding=batch_sharding)
-  batch = {'input_ids': tokens, 'segment_ids': tokens}  # what training/batches.py delivers
+  batch = {'input_ids': tokens, 'segment_ids': tokens}  # what training/inputs.py delivers
   # The loop passes fold_in(state.rng, step): the state's key's shape, dtype and sharding.
   with jax.set_mesh(mesh):
     return step.lower(state, batch, state.rng), state, batch
@@ -274,13 +274,13 @@ def compile_pretraining(config: ml_collections.ConfigDict, topology: str,
   config = config_lib.resolve(config)
   checked = config.copy_and_resolve_references()
   checked.data.update(train_files='(synthetic)', sources='', prepared_dir='')  # reads no data
-  validation.validate(checked, chips)
+  config_lib.validate(checked, chips)
   record = {'step': 'pretrain', **slice_record(sliced), 'jax': jax.__version__,
             'objective': config.objective, 'dtype': config.dtype,
             'batch_size': config.batch_size, 'per_chip_batch': config.batch_size / chips,
             'max_seq_length': config.max_seq_length, 'remat': config.remat,
             'grad_accum_steps': config.grad_accum_steps, 'rng_impl': config.rng_impl}
-  if warning := rng_lib.rbg_sharding_warning(config, sliced.devices[0].platform, chips,
+  if warning := train.rbg_sharding_warning(config, sliced.devices[0].platform, chips,
                                            os.environ.get('LIBTPU_INIT_ARGS', '')):
     logging.warning(warning)
   compiled, mem, seconds, state, batch = compile_pretrain(config, sliced.devices,

@@ -36,7 +36,7 @@ the optimizer, all linear in the parameter or token count and small next to the 
 
 import ml_collections
 
-from electra_jax.model.networks import generator_depth, generator_width
+from electra_jax.common.config import generator_depth, generator_width
 from electra_jax.objective.masking import num_slots
 
 # Dense bfloat16 tensor-core peaks (FLOP/s) by device kind, from the vendors' data sheets; the

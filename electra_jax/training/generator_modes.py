@@ -41,9 +41,9 @@ import ml_collections
 
 from electra_jax.common import config as config_lib, storage
 from electra_jax.common.errors import UsageError
-from electra_jax.data import run_vocab, vocab as vocab_lib
+from electra_jax.data import vocab as vocab_lib
 from electra_jax.model import networks
-from electra_jax.training import checkpoint
+from electra_jax.training import checkpoint, inputs
 
 GENERATOR = ('generator_embeddings', 'generator', 'generator_head')
 # What the discriminator takes from the generator when stage 2 begins.
@@ -143,8 +143,8 @@ HFReader = Callable[[str, ml_collections.ConfigDict], Source]
 def generator_shape(m: ml_collections.ConfigDict) -> Shape:
   """The run's generator (networks.generator_encoder): generator_width wide, heads width // 64,
   a 4x FFN, generator_depth layers."""
-  width = networks.generator_width(m)
-  return Shape(width, max(1, width // 64), 4 * width, networks.generator_depth(m),
+  width = config_lib.generator_width(m)
+  return Shape(width, max(1, width // 64), 4 * width, config_lib.generator_depth(m),
                m.embedding_size, m.vocab_size, m.max_position_embeddings, m.type_vocab_size)
 
 
@@ -200,7 +200,7 @@ def source_vocab(directory: str) -> str:
                        f"({' or '.join(VOCAB_FILES)}); put the one the generator was trained "
                        'with beside its weights (export writes it there)')
     return found[0]
-  path = run_vocab.run_vocab_path(directory)
+  path = inputs.run_vocab_path(directory)
   if not storage.exists(path):
     raise UsageError(f"config.generator_init='{directory}' holds no vocabulary (vocab.model or "
                      'vocab.txt); pass a run that has trained, or a directory export wrote')
@@ -218,9 +218,9 @@ def fitted(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   config = config.copy_and_resolve_references()
   m = config.model
   m.vocab_size = have.vocab_size
-  if networks.generator_width(m) != have.width:
+  if config_lib.generator_width(m) != have.width:
     m.generator_hidden_size = have.width
-  if networks.generator_depth(m) != have.layers:  # a count above 1, else a fraction of num_layers
+  if config_lib.generator_depth(m) != have.layers:  # a count above 1, else a fraction of num_layers
     m.generator_layers = have.layers if have.layers > 1 else have.layers / m.num_layers
   want = generator_shape(m)
   if have != want:
@@ -237,10 +237,10 @@ def fitted(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
 
 def _run_vocab_file(config: ml_collections.ConfigDict, workdir: str) -> str:
-  """The vocabulary the run will read (run_vocab.setup_vocab's choice), '' if it trains one."""
-  existing = run_vocab.run_vocab_path(workdir)
+  """The vocabulary the run will read (inputs.setup_vocab's choice), '' if it trains one."""
+  existing = inputs.run_vocab_path(workdir)
   if storage.exists(existing):
-    return run_vocab.local_copy(existing, run_vocab.local_dir(config, workdir))
+    return inputs.local_copy(existing, inputs.local_dir(config, workdir))
   if config.data.vocab_model:
     return config.data.vocab_model
   for name in VOCAB_FILES:
@@ -254,7 +254,7 @@ def check_vocab(config: ml_collections.ConfigDict, workdir: str):
   directory, theirs = config.generator_init, source_vocab(config.generator_init)
   ours = _run_vocab_file(config, workdir)
   if storage.is_uri(ours):
-    return  # a data.vocab_model at a URI: run_vocab.setup_vocab refuses it, naming the fix
+    return  # a data.vocab_model at a URI: inputs.setup_vocab refuses it, naming the fix
   if not ours:
     raise UsageError(f'this run would train a vocabulary of its own, and the frozen generator in '
                      f"'{directory}' reads {theirs}; pass --config.data.vocab_model={theirs}")

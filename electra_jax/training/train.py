@@ -11,6 +11,7 @@ all-reduce. The same code runs on one CPU, N simulated CPU devices, a GPU or a T
 import contextlib
 import functools
 import os
+import re
 import time
 from typing import Any
 
@@ -22,14 +23,12 @@ import ml_collections
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from electra_jax.training import checkpoint, batches as batches_lib, nonfinite
+from electra_jax.training import checkpoint, inputs
 from electra_jax.common import config as config_lib
 from electra_jax import objective
-from electra_jax.training import optim, validation
+from electra_jax.training import optim
 from electra_jax.common import interrupts, run_lock, storage
 from electra_jax.training import compile_cache, generator_modes, report
-from electra_jax.training import rng as rng_lib
-from electra_jax.data import pipeline, run_vocab
 from electra_jax.data import vocab as vocab_lib
 from electra_jax.model import networks
 from electra_jax.model.networks import count_params, init_params
@@ -37,11 +36,66 @@ from electra_jax.model.networks import count_params, init_params
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 
 
+# The run's random keys. The state keeps its key as raw data (uint32 words), so checkpoints hold
+# plain arrays; step s's key is fold_in(base key, s), so a resumed run draws what an
+# uninterrupted one would.
+
+# libtpu's switch (LIBTPU_INIT_ARGS; XLA_FLAGS does not know it and stops the process) that
+# makes XLA:TPU generate only each chip's share of an RngBitGenerator's bits.
+RBG_PARTITION_FLAG = '--xla_tpu_spmd_rng_bit_generator_unsafe=true'
+_RBG_PARTITION_SETTING = re.compile(r'--xla_tpu_spmd_rng_bit_generator_unsafe(?:=(\S*))?')
+
+
+def rbg_sharding_warning(config, platform: str, num_devices: int, libtpu_args: str) -> str | None:
+  """What a run of rng_impl=rbg or unsafe_rbg on several TPU chips should be told, or None.
+
+  XLA:TPU does not partition RngBitGenerator by default: every chip makes the bits of the whole
+  global batch and keeps its share (small on a v4-8: 4 times the words, 1.53 GB of temporaries
+  per chip against threefry's 0.78; docs/performance.md). Under RBG_PARTITION_FLAG, a draw that
+  remat recomputes in the backward pass may be sharded otherwise, and so hold other bits.
+  """
+  impl = config.rng_impl
+  if impl == 'threefry2x32' or platform != 'tpu' or num_devices == 1:
+    return None
+  settings = _RBG_PARTITION_SETTING.findall(libtpu_args)
+  if not settings or settings[-1].lower() not in ('', 'true', '1'):
+    return (f"rng_impl={impl} on {num_devices} TPU chips: each chip generates the random bits of "
+            f"the whole batch and keeps its share, {num_devices} times the bits it uses. Start "
+            f"the run with LIBTPU_INIT_ARGS='{RBG_PARTITION_FLAG}' to generate each chip's share "
+            "only (the bits then depend on the chip count), or use "
+            "--config.rng_impl=threefry2x32")
+  if config.remat:
+    return (f'rng_impl={impl} with {RBG_PARTITION_FLAG} and remat: XLA may shard a draw that the '
+            'backward pass recomputes otherwise than the forward pass drew it, and the two then '
+            'hold other bits. Turn remat off, leave the flag out, or use '
+            '--config.rng_impl=threefry2x32')
+  return None
+
+
+def base_key(config, seed: int | None = None) -> jax.Array:
+  """A typed key of config.rng_impl. For threefry its bits are jax.random.PRNGKey(seed)'s."""
+  return jax.random.key(config.seed if seed is None else seed, impl=config.rng_impl)
+
+
+@functools.partial(jax.jit, static_argnames='impl')
+def _fold_in(data, step, impl):
+  return jax.random.key_data(jax.random.fold_in(jax.random.wrap_key_data(data, impl=impl), step))
+
+
+def step_key(config, data: jax.Array, step) -> jax.Array:
+  """fold_in(key, step) of the raw key `data`, as raw data: what a step is given."""
+  return _fold_in(data, step, config.rng_impl)
+
+
+def as_key(config, data: jax.Array) -> jax.Array:
+  return jax.random.wrap_key_data(data, impl=config.rng_impl)
+
+
 class TrainState(flax.struct.PyTreeNode):
   step: jax.Array
   params: Any
   opt_state: Any
-  rng: jax.Array  # the run's base key as raw data (config.rng_impl); rng_lib.step_key: step s's
+  rng: jax.Array  # the run's base key as raw data (config.rng_impl); step_key: step s's
 
 
 def make_mesh(devices=None) -> Mesh:
@@ -67,7 +121,7 @@ def make_model(config: ml_collections.ConfigDict):
 
 def _init_state_fn(config, model, optimizer):
   def init():
-    init_rng, train_rng = jax.random.split(rng_lib.base_key(config))
+    init_rng, train_rng = jax.random.split(base_key(config))
     params = init_params(model, init_rng, config.max_seq_length)
     trained = generator_modes.mode(config).trained(params)  # a frozen generator has no state
     return TrainState(step=jnp.zeros([], jnp.int32), params=params,
@@ -89,7 +143,7 @@ def create_train_state(config, model, optimizer, replicated, generator=None) -> 
 def abstract_params(config) -> dict:
   """Shapes and dtypes of the parameters of the network `config` trains, computing nothing."""
   model = make_model(config)
-  return jax.eval_shape(lambda: init_params(model, rng_lib.base_key(config), config.max_seq_length))
+  return jax.eval_shape(lambda: init_params(model, base_key(config), config.max_seq_length))
 
 
 def abstract_train_state(config, model, optimizer, replicated) -> TrainState:
@@ -102,7 +156,7 @@ def abstract_train_state(config, model, optimizer, replicated) -> TrainState:
 def step_inputs(state: TrainState, batch, rng, config, special):
   """What step `state.step` draws for `batch` from key `rng`: (prepared inputs at the step's
   temperature, the dropout key, the parameters its generator mode starts from)."""
-  prepared, dropout_rng = objective.draw(rng_lib.as_key(config, rng), batch['input_ids'], config,
+  prepared, dropout_rng = objective.draw(as_key(config, rng), batch['input_ids'], config,
                                          special)
   prepared = prepared._replace(temperature=objective.masking.scheduled_temperature(config,
                                                                                    state.step))
@@ -126,7 +180,7 @@ def with_whole_batch(micro_prepared, prepared):
 def train_step(state: TrainState, batch, rng, *, model, optimizer, config, special):
   """One update of every parameter by the objective's loss; returns the new state and step stats.
 
-  An update that is not finite is not applied (nonfinite.py): the state keeps its parameters and
+  An update that is not finite is not applied (optim.py): the state keeps its parameters and
   optimizer state, only its step advances, and stats['nonfinite'] is 1.
 
   With config.grad_accum_steps = k > 1 the batch is processed as k micro-batches whose gradients
@@ -157,17 +211,17 @@ def train_step(state: TrainState, batch, rng, *, model, optimizer, config, speci
     shapes = jax.eval_shape(micro_step, 0, *jax.tree.map(lambda x: x[0], micro_batches))
     zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
     (grads, stats), _ = jax.lax.scan(accumulate, zeros, (jnp.arange(steps), *micro_batches))
-  new_trained, opt_state, finite = nonfinite.guarded_update(
+  new_trained, opt_state, finite = optim.guarded_update(
       optimizer, mode.gradients(grads, state.step), stats['loss'], trained, state.opt_state)
   new_params = mode.updated(new_trained, params, state.step)
   return (state.replace(step=state.step + 1, params=new_params, opt_state=opt_state),
-          nonfinite.without_stats_of_skipped(stats, finite))
+          optim.without_stats_of_skipped(stats, finite))
 
 
 def eval_step(params, batch, rng, *, model, config, special):
   """The statistics of `batch`, the discriminator's exact AUC included: evaluation sorts the
   token scores, the train step does not (`forward_stats` gives a logged step's)."""
-  _, stats = objective.loss(model.apply, params, batch, rng_lib.as_key(config, rng), config,
+  _, stats = objective.loss(model.apply, params, batch, as_key(config, rng), config,
                             train=False, special=special, auc=True)
   return stats
 
@@ -257,11 +311,11 @@ def add_stats(total, stats):
 
 def run_eval(evaluate, params, examples, config, batch_sharding, base_rng) -> dict:
   total = None
-  batches = pipeline.eval_batches(examples, config.batch_size, config.eval_steps,
+  batches = inputs.eval_batches(examples, config.batch_size, config.eval_steps,
                                   jax.process_index(), jax.process_count())
   for i, batch in enumerate(batches):
-    batch = batches_lib.to_global_array(batch, batch_sharding)
-    total = add_stats(total, evaluate(params, batch, rng_lib.step_key(config, base_rng, i)))
+    batch = inputs.to_global_array(batch, batch_sharding)
+    total = add_stats(total, evaluate(params, batch, step_key(config, base_rng, i)))
   return objective.summarize(jax.device_get(total), config.eval_steps)
 
 
@@ -300,7 +354,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   `read_hf_generator` (hf/importing.read_generator, a floor above: main passes it) reads a
   Hugging Face directory given as config.generator_init."""
   config = config_lib.resolve(config)
-  validation.validate(config, jax.device_count())
+  config_lib.validate(config, jax.device_count())
   config = generator_modes.fitted(config)
   storage.check_uri(workdir, '--workdir')
   storage.check_uri(config.compilation_cache_dir, '--config.compilation_cache_dir')
@@ -322,14 +376,14 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                             if config.generator_kind == 'frozen' else None)
   generator = None if checkpoint.has_checkpoint(workdir) else load_generator()
 
-  vocab = chief_first(lambda: run_vocab.setup_vocab(config, workdir), 'vocab')
+  vocab = chief_first(lambda: inputs.setup_vocab(config, workdir), 'vocab')
   train_examples = chief_first(
-      lambda: batches_lib.load_examples(config, workdir, vocab, 'train'), 'train data')
+      lambda: inputs.load_examples(config, workdir, vocab, 'train'), 'train data')
   eval_examples = chief_first(
-      lambda: batches_lib.load_examples(config, workdir, vocab, 'eval'), 'eval data')
+      lambda: inputs.load_examples(config, workdir, vocab, 'eval'), 'eval data')
 
   mesh = make_mesh()
-  if is_chief and (warning := rng_lib.rbg_sharding_warning(
+  if is_chief and (warning := rbg_sharding_warning(
       config, jax.devices()[0].platform, jax.device_count(),
       os.environ.get('LIBTPU_INIT_ARGS', ''))):
     logging.warning(warning)
@@ -374,7 +428,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
       # the run starts over, its step-0 evaluation included, so no line is kept.
       report.trim_metrics_file(workdir, first_step if restored is not None else -1)
     writer = report.MetricsWriter(workdir, enabled=is_chief)
-    eval_rng = rng_lib.step_key(config, jax.random.key_data(rng_lib.base_key(config)), 1 << 30)
+    eval_rng = step_key(config, jax.random.key_data(base_key(config)), 1 << 30)
     tokens_per_step = config.batch_size * config.max_seq_length
 
     def evaluate_and_log(step):
@@ -390,24 +444,24 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
 
     def check_finite(watch):
       """Stops the run as config.on_nonfinite says, if it must; returns the watch to go on with."""
-      seen, watch = nonfinite.read(watch)
-      nonfinite.check(seen, config, '', lambda: checkpoint.last_good(manager))
+      seen, watch = optim.read(watch)
+      optim.check(seen, config, '', lambda: checkpoint.last_good(manager))
       return watch
 
     preemption_requested = preemption_check(manager)
     # Batches are gathered and put on the devices ahead, in a background thread.
-    batches = batches_lib.train_batches(train_examples, config, first_step, batch_sharding)
+    batches = inputs.train_batches(train_examples, config, first_step, batch_sharding)
     total, window_steps, window_start = None, 0, time.perf_counter()
-    watch = nonfinite.start()
+    watch = optim.start()
     for step in range(first_step, config.num_train_steps):
-      batch, key = next(batches), rng_lib.step_key(config, state.rng, step)
+      batch, key = next(batches), step_key(config, state.rng, step)
       done = step + 1
       logged = done % config.log_every == 0 or done == config.num_train_steps
       # The logged AUC is the logged step's own, from its inputs (before the step donates them).
       auc = auc_probe(state, batch, key) if logged and auc_probe else None
       state, stats = (first_call(train, cache, state, batch, key) if step == first_step
                       else train(state, batch, key))
-      watch = nonfinite.watch(watch, stats['nonfinite'], state.step)
+      watch = optim.watch(watch, stats['nonfinite'], state.step)
       total, window_steps = add_stats(total, stats), window_steps + 1
 
       if logged:

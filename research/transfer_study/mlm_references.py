@@ -13,7 +13,7 @@ counts: how much of each token its two neighbours give away. From the training b
   entropy. A network whose MLM accuracy is far under the count model's has not yet learned to
   read its neighbours.
 torch: transformers' ElectraForMaskedLM at configs/mini.py's discriminator size, trained in
-  PyTorch on the same batches in the same order (pipeline.local_batch, seed 0), BERT's masking
+  PyTorch on the same batches in the same order (inputs.local_batch, seed 0), BERT's masking
   (15%; 80% [MASK], 10% random, 10% kept) drawn with numpy, torch's AdamW with the recipe's
   schedule (lr 1e-3, 500 warmup steps, linear decay to 0 at --total_steps, weight decay 0.01
   off LayerNorm and biases, clip 1.0). Prints held-out MLM accuracy and loss every 500 steps, to
@@ -27,7 +27,8 @@ import time
 
 import numpy as np
 
-from electra_jax.data import pipeline, store, vocab as vocab_lib
+from electra_jax.data import store, vocab as vocab_lib
+from electra_jax.training import inputs
 
 BATCH, LENGTH = 32, 128
 FIRST_ORDINARY_ID = 5  # [PAD] [UNK] [CLS] [SEP] [MASK] come first in a vocabulary we trained
@@ -41,7 +42,7 @@ def open_split(data: str, split: str):
 
 
 def batches(examples, count: int, seed: int):
-  return [pipeline.local_batch(examples, BATCH, seed, step, 0, 1) for step in range(count)]
+  return [inputs.local_batch(examples, BATCH, seed, step, 0, 1) for step in range(count)]
 
 
 def triples(ids: np.ndarray):
@@ -163,7 +164,7 @@ def torch_mlm(args):
             flush=True)
     if step == args.steps:
       break
-    batch = pipeline.local_batch(train, BATCH, 0, step, 0, 1)
+    batch = inputs.local_batch(train, BATCH, 0, step, 0, 1)
     forward(batch, *bert_mask(batch['input_ids'], rng)).loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()

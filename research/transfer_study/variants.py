@@ -26,9 +26,9 @@ import os
 import statistics
 import sys
 
+from electra_jax.common import config as config_lib
 from electra_jax.common import run_lock
 from electra_jax.common.errors import UsageError
-from electra_jax.model import networks
 from electra_jax.training import flops
 from electra_jax.training.report import format_duration
 from research.transfer_study import finetune_glue, study, study_parts, transfer_report
@@ -77,7 +77,7 @@ def plan_pretraining(args, data_dir: str) -> dict[str, dict]:
   """Per run: its flags, steps and FLOPs per step; every run's total FLOPs is ELECTRA's."""
   base = [f'--config={os.path.abspath(args.config)}', f'--config.data.prepared_dir={data_dir}']
   electra = study.resolve_config(base)
-  width = networks.generator_width(electra.model)  # the MLM network is the generator's shape
+  width = config_lib.generator_width(electra.model)  # the MLM network is the generator's shape
   flags = {
       'electra': base + ['--config.masking=token'],
       'whole_word': base + ['--config.masking=whole_word'],

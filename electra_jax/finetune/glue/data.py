@@ -2,7 +2,7 @@
 
 TSV files are UTF-8 with or without a byte-order mark (MRPC has one), with NO quote processing:
 MRPC and QQP hold unmatched '"' that CSV quoting would merge with the following lines. TFDS's
-glue/<config> is read without TensorFlow (data/tfds_source.py), once prepared (`tfds build`).
+glue/<config> is read without TensorFlow (data/sources.py), once prepared (`tfds build`).
 """
 
 import csv
@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from electra_jax.data import tfds_source
+from electra_jax.data import sources
 from electra_jax.common.errors import UsageError
 from electra_jax.finetune.glue.tasks import Columns, Task
 
@@ -168,13 +168,13 @@ def read_tfds(tfds_name: str, data_dir: str, task: Task, split: str, labelled: b
   name = f'{tfds_name}/{task.tfds_config}'
   try:
     if not required:
-      splits = tfds_source.builder(name, data_dir).info.splits
+      splits = sources.tfds_builder(name, data_dir).info.splits
       if split not in splits:
         return None
-    return examples_from_records(task, tfds_source.read_records(name, split, data_dir), labelled,
+    return examples_from_records(task, sources.tfds_records(name, split, data_dir), labelled,
                                  f"TFDS {name} split '{split}'")
-  except tfds_source.NotPrepared as e:  # in fine-tuning's own fields, with its local folders
-    raise tfds_source.NotPrepared(
+  except sources.NotPrepared as e:  # in fine-tuning's own fields, with its local folders
+    raise sources.NotPrepared(
         e.name, e.data_dir, '--config.tfds_data_dir',
         f'pass --config.data_dir=DIR, a local GLUE folder ({task.name}/train.tsv, dev.tsv, '
         'test.tsv), or ') from None
