@@ -122,6 +122,15 @@ FIELDS = {
     'model.type_vocab_size': Field(2, 'segment (token type) ids', COUNT),
     'model.dropout_rate': Field(0.1, 'hidden dropout', SHARE),
     'model.attention_dropout_rate': Field(0.1, 'attention-probability dropout', SHARE),
+    'model.architecture': Field('bert', "'bert': the paper's post-LayerNorm BERT; 'modern': "
+                                "ModernBERT's pre-norm, bias-free RoPE/GeGLU encoder",
+                                ('bert', 'modern')),
+    'model.local_window': Field(128, "'modern': keys a local layer sees, local_window // 2 either "
+                                'side', COUNT),
+    'model.global_every': Field(3, "'modern': layers 0, n, 2n, ... attend globally, the others "
+                                'locally', COUNT),
+    'model.rope_theta': Field(160_000.0, "'modern': RoPE base of the global layers", SIZE),
+    'model.local_rope_theta': Field(10_000.0, "'modern': RoPE base of the local layers", SIZE),
 
     'data.train_files': Field('', 'comma-separated paths or globs of UTF-8 text files'),
     'data.eval_files': Field('', "same, for evaluation ('' = no evaluation)"),
@@ -399,12 +408,36 @@ GENERATOR_OBJECTIVES = {'joint': tuple(FIELDS['objective'].allowed),
                         'unigram': ('electra',)}
 
 
+def check_modern(m: ml_collections.ConfigDict):
+  """The modern design has no embedding projection: the word table, the generator and the
+  discriminator are one width; RoPE rotates pairs of a head's dimensions."""
+  width = generator_width(m)
+  if m.embedding_size != m.hidden_size or width != m.hidden_size:
+    raise UsageError(
+        f"config.model.architecture='modern' has no embedding projection, so embedding_size "
+        f'({m.embedding_size}) and the generator ({width} wide) must be hidden_size '
+        f'({m.hidden_size}) wide; set --config.model.embedding_size={m.hidden_size} '
+        '--config.model.generator_hidden_size=1.0 and size the generator by '
+        'model.generator_layers')
+  if (m.hidden_size // m.num_heads) % 2:
+    raise UsageError(f'config.model: heads of {m.hidden_size // m.num_heads} dimensions are odd, '
+                     "and 'modern''s RoPE rotates pairs of them; choose num_heads so that "
+                     'hidden_size / num_heads is even')
+
+
+def generator_heads_and_ffn(m) -> tuple[int, int]:
+  """The generator's heads and FFN width: the original's 64-wide heads and 4x FFN for
+  'bert'; for 'modern' (as wide as the discriminator) the discriminator's."""
+  if m.architecture == 'modern':
+    return m.num_heads, m.intermediate_size
+  width = generator_width(m)
+  return max(1, width // 64), 4 * width
+
+
 def check_generator_is_discriminator_sized(m: ml_collections.ConfigDict, why: str):
   """For settings where the generator's weights are the discriminator's (`why` says which):
-  their encoders must have one shape. The generator's is generator_width wide with 64-wide heads
-  and a 4x FFN (model.generator_encoder), so the discriminator must be shaped that way too."""
-  width = generator_width(m)
-  generator = (width, max(1, width // 64), 4 * width, generator_depth(m))
+  their encoders must have one shape (generator_heads_and_ffn says the generator's)."""
+  generator = (generator_width(m), *generator_heads_and_ffn(m), generator_depth(m))
   discriminator = (m.hidden_size, m.num_heads, m.intermediate_size, m.num_layers)
   if generator != discriminator:
     raise UsageError(
@@ -475,7 +508,12 @@ def validate(config: ml_collections.ConfigDict, num_devices: int):
                      f'num_heads={m.num_heads}')
   if config.max_seq_length > m.max_position_embeddings:
     raise UsageError(f'config.max_seq_length={config.max_seq_length} exceeds '
-                     f'model.max_position_embeddings={m.max_position_embeddings}')
+                     f'model.max_position_embeddings={m.max_position_embeddings}' + (
+                         "; the 'bert' network's position table ends there: raise it, or use "
+                         '--config.model.architecture=modern (RoPE)' if m.architecture == 'bert'
+                         else ', the longest sequence the exported model declares; raise it'))
+  if m.architecture == 'modern':
+    check_modern(m)
   if config.batch_size % num_devices:
     raise UsageError(f'config.batch_size={config.batch_size} is not divisible by the '
                      f'{num_devices} devices; use a multiple of {num_devices}')

@@ -15,7 +15,8 @@ from electra_jax.common import config as config_lib, storage
 from electra_jax.common.errors import UsageError
 from electra_jax.model import networks as model_lib
 from electra_jax.training import checkpoint, inputs, train
-from electra_jax.hf import files, model_card, model_config, params as params_lib, tokenizer
+from electra_jax.hf import files, model_card, model_config, modern, params as params_lib
+from electra_jax.hf import tokenizer
 
 # The networks (params.NETWORKS) each objective exports, as DIR/<network>. All-Tokens MLM's copy
 # head and Electric's two-tower cloze generator have no transformers class and are left out.
@@ -82,21 +83,32 @@ def export_params(params: dict[str, Any], model: ml_collections.ConfigDict, voca
   written = {}
   for network in networks or EXPORTED[objective_name]:
     path = os.path.join(out_dir, network)
-    files.write_model_dir(path, model_config.to_hf(model, network),
-                          network_tensors(params, network))
+    if model.architecture == 'modern':
+      files.write_model_dir(path, *modern.export_files(
+          network_view(params, network), model, network, modern_special_ids(vocab)))
+    else:
+      files.write_model_dir(path, model_config.to_hf(model, network),
+                            network_tensors(params, network))
     tokenizer.write_tokenizer(vocab, path, model_max_length=model.max_position_embeddings)
     written[network] = path
   return written
 
 
-def network_tensors(params: dict[str, Any], network: str) -> dict[str, Any]:
-  """The HF tensors of `network`, as it reads its weights (under GDES the discriminator's word
-  table is the generator's plus a delta; embedding_sharing 'all' shares the encoder too)."""
+def network_view(params: dict[str, Any], network: str) -> dict[str, Any]:
+  """`params` as `network` reads its weights (under GDES the discriminator's word table is the
+  generator's plus a delta; embedding_sharing 'all' shares the encoder too)."""
   if network == 'discriminator':
-    params = model_lib.discriminator_view(params)
-  elif network == 'generator':
-    params = model_lib.generator_view(params)
-  return params_lib.to_hf(params, network)
+    return model_lib.discriminator_view(params)
+  return model_lib.generator_view(params) if network == 'generator' else params
+
+
+def network_tensors(params: dict[str, Any], network: str) -> dict[str, Any]:
+  """The HF ELECTRA tensors of `network`."""
+  return params_lib.to_hf(network_view(params, network), network)
+
+
+def modern_special_ids(vocab) -> dict[str, int]:
+  return {'pad': vocab.pad_id, 'cls': vocab.cls_id, 'sep': vocab.sep_id}
 
 
 def _existing_outputs(out_dir: str, networks: tuple[str, ...], overwrite: bool) -> list[str]:

@@ -19,8 +19,9 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from electra_jax.common.config import generator_depth, generator_width
+from electra_jax.common.config import generator_depth, generator_heads_and_ffn, generator_width
 from electra_jax.model.layers import DiscriminatorHead, Embeddings, Encoder, MLMHead, glorot_init
+from electra_jax.model.modern import ModernEmbeddings, ModernEncoder, ModernHead
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +39,11 @@ class ModelConfig:
   type_vocab_size: int
   dropout_rate: float
   attention_dropout_rate: float
+  architecture: str = 'bert'
+  local_window: int = 128
+  global_every: int = 3
+  rope_theta: float = 160_000.0
+  local_rope_theta: float = 10_000.0
 
   @classmethod
   def of(cls, model: 'ModelConfig | ml_collections.ConfigDict') -> 'ModelConfig':
@@ -46,23 +52,47 @@ class ModelConfig:
     return cls(**{field.name: model[field.name] for field in dataclasses.fields(cls)})
 
 
-def discriminator_encoder(net: nn.Module) -> Encoder:
+def _encoder(net: nn.Module, width: int, layers: int, heads: int, ffn: int):
   c = net.config
-  return Encoder(c.hidden_size, c.num_layers, c.num_heads, c.intermediate_size, c.dropout_rate,
-                 c.attention_dropout_rate, net.dtype, net.remat, net.attention)
+  if c.architecture == 'modern':
+    return ModernEncoder(width, layers, heads, ffn, c.dropout_rate, c.attention_dropout_rate,
+                         c.local_window, c.global_every, c.rope_theta, c.local_rope_theta,
+                         net.dtype, net.remat, net.attention)
+  return Encoder(width, layers, heads, ffn, c.dropout_rate, c.attention_dropout_rate, net.dtype,
+                 net.remat, net.attention)
 
 
-def generator_encoder(net: nn.Module) -> Encoder:
-  """generator_depth layers at generator_width, 64-wide heads and a 4x FFN, as the original."""
-  c, width = net.config, generator_width(net.config)
-  return Encoder(width, generator_depth(c), max(1, width // 64), 4 * width, c.dropout_rate,
-                 c.attention_dropout_rate, net.dtype, net.remat, net.attention)
-
-
-def embeddings_block(net: nn.Module) -> Embeddings:
+def discriminator_encoder(net: nn.Module) -> Encoder | ModernEncoder:
   c = net.config
+  return _encoder(net, c.hidden_size, c.num_layers, c.num_heads, c.intermediate_size)
+
+
+def generator_encoder(net: nn.Module) -> Encoder | ModernEncoder:
+  """generator_depth layers at generator_width; 'bert''s with 64-wide heads and a 4x FFN, as the
+  original, 'modern''s with the discriminator's (common/config.generator_heads_and_ffn)."""
+  c = net.config
+  return _encoder(net, generator_width(c), generator_depth(c), *generator_heads_and_ffn(c))
+
+
+def embeddings_block(net: nn.Module) -> Embeddings | ModernEmbeddings:
+  c = net.config
+  if c.architecture == 'modern':
+    return ModernEmbeddings(c.vocab_size, c.embedding_size, c.dropout_rate, net.dtype)
   return Embeddings(c.vocab_size, c.embedding_size, c.max_position_embeddings, c.type_vocab_size,
                     c.dropout_rate, net.dtype)
+
+
+def mlm_head(net: nn.Module) -> MLMHead | ModernHead:
+  c = net.config
+  if c.architecture == 'modern':
+    return ModernHead(c.embedding_size, c.vocab_size, net.dtype)
+  return MLMHead(c.embedding_size, c.vocab_size, net.dtype)
+
+
+def discriminator_head(net: nn.Module) -> DiscriminatorHead | ModernHead:
+  c = net.config
+  return ModernHead(c.hidden_size, 0, net.dtype) if c.architecture == 'modern' \
+      else DiscriminatorHead(net.dtype)
 
 
 def masked_lm_logits(embeddings: Embeddings, encoder: Encoder, head: MLMHead, input_ids,
@@ -108,9 +138,9 @@ class Electra(nn.Module):
       self.generator_embeddings = embeddings_block(self)
     if self.embedding_sharing != 'all':
       self.generator = generator_encoder(self)
-    self.generator_head = MLMHead(c.embedding_size, c.vocab_size, self.dtype)
+    self.generator_head = mlm_head(self)
     self.discriminator = discriminator_encoder(self)
-    self.discriminator_head = DiscriminatorHead(self.dtype)
+    self.discriminator_head = discriminator_head(self)
     if self.embedding_sharing == 'gdes':
       self.embedding_delta = self.param('embedding_delta', nn.initializers.zeros,
                                         (c.vocab_size, c.embedding_size))
@@ -149,13 +179,12 @@ class Electric(nn.Module):
   attention: str = 'auto'  # SelfAttention.implementation; every choice computes the same
 
   def setup(self):
-    c = self.config
     self.embeddings = embeddings_block(self)
     self.generator_forward = generator_encoder(self)
     self.generator_backward = generator_encoder(self)
-    self.cloze_head = MLMHead(c.embedding_size, c.vocab_size, self.dtype)
+    self.cloze_head = mlm_head(self)
     self.discriminator = discriminator_encoder(self)
-    self.discriminator_head = DiscriminatorHead(self.dtype)
+    self.discriminator_head = discriminator_head(self)
 
   def __call__(self, input_ids, segment_ids, positions, deterministic: bool = True):
     """Runs both networks once; used only to create every parameter at init."""
@@ -196,7 +225,7 @@ class Discriminator(nn.Module):
   def setup(self):
     self.embeddings = embeddings_block(self)
     self.discriminator = discriminator_encoder(self)
-    self.discriminator_head = DiscriminatorHead(self.dtype)
+    self.discriminator_head = discriminator_head(self)
 
   def __call__(self, input_ids, segment_ids, deterministic: bool = True, positions=None):
     """Replaced-token logits [B, L] (float32); `positions` only matches the others' init call."""
@@ -213,10 +242,9 @@ class MaskedLM(nn.Module):
   attention: str = 'auto'  # SelfAttention.implementation; every choice computes the same
 
   def setup(self):
-    c = self.config
     self.embeddings = embeddings_block(self)
     self.discriminator = discriminator_encoder(self)
-    self.mlm_head = MLMHead(c.embedding_size, c.vocab_size, self.dtype)
+    self.mlm_head = mlm_head(self)
 
   def __call__(self, input_ids, segment_ids, positions, deterministic: bool = True):
     """MLM logits [B, P, V] (float32) at the given positions [B, P] only."""
@@ -238,12 +266,11 @@ class ReplaceMLM(nn.Module):
   copy_mechanism: bool = False
 
   def setup(self):
-    c = self.config
     self.embeddings = embeddings_block(self)
     self.generator = generator_encoder(self)
-    self.generator_head = MLMHead(c.embedding_size, c.vocab_size, self.dtype)
+    self.generator_head = mlm_head(self)
     self.discriminator = discriminator_encoder(self)
-    self.mlm_head = MLMHead(c.embedding_size, c.vocab_size, self.dtype)
+    self.mlm_head = mlm_head(self)
     if self.copy_mechanism:
       self.copy_head = nn.Dense(1, kernel_init=glorot_init, dtype=jnp.float32, name='copy_head')
 
