@@ -4,7 +4,7 @@ python -m electra_jax.finetune_summary DIR [DIR ...]
 
 Each DIR is one `python -m electra_jax.finetune` run (its results.json). Runs are grouped into
 rows by where they started (init_from); columns are the GLUE tasks in the paper's order, each
-cell the median over seeds of the task's score, x100 (MRPC and QQP: accuracy, then F1). `GLUE`
+cell the median over seeds of the task's score in percent (MRPC and QQP: accuracy, then F1). `GLUE`
 is the mean over the paper's eight tasks (WNLI and MNLI-mm left out, as the paper does), shown
 only for a row that has all eight. A second table lists every run's metrics and seeds.
 """
@@ -14,6 +14,7 @@ import os
 import sys
 
 from electra_jax.common import cli
+from electra_jax.finetune.glue.tasks import TASKS as GLUE_TASKS
 
 USAGE = 'python -m electra_jax.finetune_summary DIR [DIR ...]'
 COLUMNS = ('CoLA', 'SST-2', 'MRPC', 'STS-B', 'QQP', 'MNLI-m', 'MNLI-mm', 'QNLI', 'RTE', 'WNLI')
@@ -30,10 +31,16 @@ def load(directory: str) -> dict:
     return json.load(f)
 
 
+def percent(task: str) -> float:
+  """What turns `task`'s metrics into percent: GLUE's are fractions, SQuAD's and chunking's
+  percentages already."""
+  return 100.0 if task in GLUE_TASKS else 1.0
+
+
 def cells(result: dict) -> dict[str, tuple[float, ...]]:
-  """Column -> (score, second metric) x100 of one run (MNLI fills two columns)."""
-  second = SECOND_METRIC.get(result['task'])
-  return {split: tuple(100 * values[m] for m in (next(iter(values)), second) if m)
+  """Column -> (score, second metric) in percent of one run (MNLI fills two columns)."""
+  second, scale = SECOND_METRIC.get(result['task']), percent(result['task'])
+  return {split: tuple(scale * values[m] for m in (next(iter(values)), second) if m)
           for split, values in result['median'].items()}
 
 
@@ -56,9 +63,11 @@ def run_table(directories: list[str], results: list[dict]) -> list[str]:
            '|---|---|---|---|---|---|---|']
   for directory, result in zip(directories, results):
     split, metric = result['score_metric'].split()
-    median = '; '.join(f'{s} ' + ', '.join(f'{k} {100 * v:.1f}' for k, v in values.items())
+    scale = percent(result['task'])
+    median = '; '.join(f'{s} ' + ', '.join(f'{k} {scale * v:.1f}' for k, v in values.items()
+                                           if k != 'total')
                        for s, values in result['median'].items())
-    seeds = ', '.join(f'{seed}: {100 * scores[split][metric]:.1f}'
+    seeds = ', '.join(f'{seed}: {scale * scores[split][metric]:.1f}'
                       for seed, scores in result['seeds'].items())
     budget = result['budget']
     lines.append(f"| {directory} | {result['task']} | {result['init_from'] or 'random init'} | "

@@ -1,4 +1,5 @@
 """SIGTERM and Ctrl-C while a command trains: save, stop, and say so; a second Ctrl-C stops at once.
+Where there is nothing to save (`stops_at_once`), the first signal stops at once.
 
 A training loop asks `requested()` after each step; once it is true the loop saves a checkpoint
 of that step and returns (or raises Stopped), and the command exits with `exit_status()`: 128 +
@@ -31,6 +32,7 @@ class Stop:
   def __init__(self):
     self.first = None  # the signal that asked for the stop
     self.event = threading.Event()
+    self.at_once = False  # see stops_at_once
 
   def requested(self) -> bool:
     return self.event.is_set()
@@ -55,6 +57,11 @@ class Stop:
       return
     self.first = signum
     self.event.set()
+    if self.at_once:
+      sys.stderr.write(f'electra_jax: stopped at once by {NAMES[signum]}: what was trained is '
+                       'saved; run the same command again to finish\n')
+      sys.stderr.flush()
+      os._exit(128 + signum)  # pylint: disable=protected-access
     logging.warning('%s: saving a checkpoint at the end of this step, then stopping%s',
                     NAMES[signum], '; Ctrl-C again stops at once, without saving'
                     if signum == signal.SIGINT else '')
@@ -84,6 +91,13 @@ def cause() -> str:
 
 def exit_status() -> int:
   return _active.exit_status()
+
+
+def stops_at_once(at_once: bool):
+  """Whether a signal from now on ends the process at once, for work with nothing to save that a
+  rerun repeats (fine-tuning's predictions, once a seed's training is saved), instead of asking
+  a training loop to save and stop."""
+  _active.at_once = at_once
 
 
 @contextlib.contextmanager

@@ -10,7 +10,7 @@ Writes DIR/results.json, DIR/config.json (the resolved recipe) and the task's ou
 from absl import app, flags
 from ml_collections import config_flags
 
-from electra_jax.common import cli, interrupts
+from electra_jax.common import cli, interrupts, storage
 
 USAGE = ('python -m electra_jax.finetune --config=configs/finetune/glue.py --config.task=TASK '
          '--config.init_from=RUN_OR_HF_DIR --workdir=DIR [--config.x=y ...]')
@@ -23,6 +23,9 @@ flags.mark_flags_as_required(['config', 'workdir'])
 def main(argv):
   if len(argv) > 1:
     cli.fail(f'unexpected arguments: {" ".join(argv[1:])}\nusage: {USAGE}')
+  if storage.is_uri(_WORKDIR.value):  # its checkpoints and outputs are written with local I/O
+    cli.fail(f"--workdir='{_WORKDIR.value}' is not a local path; fine-tuning writes to local "
+             'disk: pass a local --workdir, then copy it (gcloud storage cp -r DIR gs://...)')
   cli.quiet_orbax()
   # pylint: disable=g-import-not-at-top  (keeps --help fast)
   from electra_jax.finetune import loop, families as run

@@ -156,6 +156,7 @@ def train_seed(config, seed, start, model, compiled, train_inputs, total_steps, 
       logging.info('seed %d: resuming at step %d of %d', seed, first_step, total_steps)
     window, skipped, started = [], [], time.perf_counter()
     watch = pretrain_optim.start()
+    interrupts.stops_at_once(False)
     for step in range(first_step, total_steps):
       if step == first_step and interrupts.requested():  # before this seed trained: none to save
         stop(config, seed, step, total_steps, before=True)
@@ -191,6 +192,9 @@ def train_seed(config, seed, start, model, compiled, train_inputs, total_steps, 
     manager.wait_until_finished()
   finally:
     manager.close()
+  if interrupts.requested():  # in the last step, saved: stop before predicting
+    stop(config, seed, total_steps, total_steps)
+  interrupts.stops_at_once(True)  # predicting saves nothing; a rerun predicts again
   return state.params
 
 
@@ -306,11 +310,16 @@ RERUN_MAY_CHANGE = ('seeds', 'log_every', 'save_every', 'predict_test', 'eval_ba
 def prepare_workdir(config, workdir: str):
   """Creates DIR and writes the resolved config; refuses a DIR whose checkpoints another recipe
   trained, as resuming them would mix two runs."""
-  os.makedirs(workdir, exist_ok=True)
   saved_path = os.path.join(workdir, 'config.json')
-  if os.path.isdir(os.path.join(workdir, 'checkpoints')) and os.path.exists(saved_path):
-    with open(saved_path) as f:  # an older run's lacks fields: read as their value then
-      saved = settings.with_added_fields(json.load(f))
+  saved = config_lib.read_json_object(saved_path) if os.path.isfile(saved_path) else {}
+  if 'objective' in saved:  # a pretraining run's: fine-tuning would write over its config
+    which = ('the pretraining run --config.init_from names' if os.path.normpath(workdir) ==
+             os.path.normpath(config.init_from or '.') else "a pretraining run's directory")
+    raise UsageError(f"--workdir='{workdir}' is {which}; fine-tune into a directory of its "
+                     f"own, e.g. --workdir={os.path.join(workdir, 'finetune', config.task)}")
+  os.makedirs(workdir, exist_ok=True)
+  if os.path.isdir(os.path.join(workdir, 'checkpoints')) and saved:
+    saved = settings.with_added_fields(saved)  # an older run's lacks fields: read as defaults
     now = json.loads(config.to_json())
     # A field only one of them has (another family's run) reads None in the other: a change.
     keys = sorted(set(saved) | set(now))
