@@ -90,7 +90,11 @@ def run(function, *args, **kwargs):
 
 
 def quiet_orbax():
-  """Orbax narrates every save and restore at INFO through absl; keep only its warnings."""
+  """Orbax narrates every save and restore at INFO through absl: keep only its warnings. Its
+  failures reach electra_jax as exceptions that end in one error line, so its own error records
+  of them (a traceback from each of its threads) are dropped too."""
   # Record levels are the standard library's (absl's own WARNING constant is 1, not 30).
   absl_logging.get_absl_logger().addFilter(
-      lambda record: record.levelno >= logging.WARNING or '/orbax/' not in record.pathname)
+      lambda record: '/orbax/' not in record.pathname or record.levelno == logging.WARNING)
+  # Its writes run on asyncio loops, which log each abandoned write of a failed save.
+  logging.getLogger('asyncio').setLevel(logging.CRITICAL)

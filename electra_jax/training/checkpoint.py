@@ -12,7 +12,10 @@ resumes from the newest one that reads. Each checkpoint also records the run's o
 model config, so a checkpoint of another run is refused even where the shapes agree.
 """
 
+import contextlib
 import os
+import re
+import shutil
 
 from absl import logging
 from etils import epath
@@ -56,12 +59,55 @@ def has_checkpoint(workdir: str) -> bool:
 
 
 def save(manager: ocp.CheckpointManager, step: int, state, run_identity: dict | None = None):
-  manager.save(step, args=ocp.args.StandardSave(state), custom_metadata=run_identity or {})
+  """Starts writing checkpoint `step` in the background, once the write before it succeeded."""
+  check_written(manager)
+  with _write_failures(manager):  # Orbax waits here for the write before, and raises its error
+    manager.save(step, args=ocp.args.StandardSave(state), custom_metadata=run_identity or {})
+
+
+def check_written(manager: ocp.CheckpointManager, wait: bool = False):
+  """Raises one UsageError if a background write failed (a full disk), naming the checkpoint,
+  the cause, the free space and the last good checkpoint, once the partial write is removed.
+  Without `wait` it does not block: the loop asks after every step."""
+  if not wait and manager.is_saving_in_progress():
+    return
+  with _write_failures(manager):
+    manager.wait_until_finished()  # at once when no write is in flight; raises a failed one's
+
+
+@contextlib.contextmanager
+def _write_failures(manager: ocp.CheckpointManager):
+  """A failed write (Orbax re-raises its writer's error, an OSError or TensorStore's) becomes
+  `write_failed`'s one UsageError; anything else propagates."""
+  try:
+    yield
+  except Exception as e:  # pylint: disable=broad-except
+    if not (isinstance(e, OSError) or re.search(r'os_error_code|Failed writing', str(e))):
+      raise
+    raise write_failed(manager, e) from None
+
+
+def write_failed(manager: ocp.CheckpointManager, error: Exception) -> UsageError:
+  directory = epath.Path(manager.directory)
+  partial = sorted(directory.glob('*.orbax-checkpoint-tmp*'))
+  for path in partial:
+    path.rmtree()
+  code = getattr(error, 'errno', None) or re.search(r"os_error_code='(\d+)'", str(error))
+  code = code if isinstance(code, int) or code is None else int(code[1])
+  cause = os.strerror(code) if code else str(error).splitlines()[0][:300]
+  where = f'{directory}/{partial[0].name.split(".")[0]}' if partial else str(directory)
+  free = '' if storage.is_uri(str(directory)) else \
+      f' ({shutil.disk_usage(directory).free / 2**20:.1f} MiB free there)'
+  step = manager.latest_step()
+  good = (f'the last good checkpoint is {directory}/{step}' if step is not None
+          else 'no checkpoint was written')
+  return UsageError(f'checkpoint {where} could not be written: {cause}{free}; {good}. Make room '
+                    'and run the same command again to resume')
 
 
 def last_good(manager: ocp.CheckpointManager) -> str:
   """What a stopped run leaves to resume from, for its error line: the newest checkpoint."""
-  manager.wait_until_finished()  # a save in flight is complete (or gone) before it is named
+  check_written(manager, wait=True)  # a save in flight is complete (or gone) before it is named
   step = manager.latest_step()
   if step is None:
     return 'No checkpoint was written, so running the same command starts over'

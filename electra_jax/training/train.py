@@ -463,6 +463,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                       else train(state, batch, key))
       watch = optim.watch(watch, stats['nonfinite'], state.step)
       total, window_steps = add_stats(total, stats), window_steps + 1
+      checkpoint.check_written(manager)  # a full disk stops the run at the write that failed
 
       if logged:
         check_compiled_once(train)
@@ -498,7 +499,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                         'command again to resume', interrupts.cause(), done,
                         config.num_train_steps)
         break
-    manager.wait_until_finished()
+    checkpoint.check_written(manager, wait=True)
   finally:
     if batches is not None:
       batches.close()  # stops the prefetch thread
