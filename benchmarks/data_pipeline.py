@@ -1,6 +1,6 @@
 """Data throughput on one CPU core: preparation and reader tokens/s against what training eats.
 
-python benchmarks/data_inputs.py [--corpus=GLOB] [--copies=4] [--seconds=3]
+python benchmarks/data_pipeline.py [--corpus=GLOB] [--copies=4] [--seconds=3]
 
 Prints JSON lines: the preparation rate (corpus tokens tokenized and packed per second, one
 worker), the reader rate (tokens per second of shuffled batches gathered from a prepared split,

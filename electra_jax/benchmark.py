@@ -23,9 +23,9 @@ import ml_collections
 from ml_collections import config_flags
 import numpy as np
 
-from electra_jax.common import cli, config as config_lib
+from electra_jax.common import cli
 from electra_jax import objective
-from electra_jax.training import flops, optim, train
+from electra_jax.training import aot, flops, optim, train
 from electra_jax.model.layers import attention_kernel
 
 USAGE = ('python -m electra_jax.benchmark --config=configs/small.py [--config.batch_size=B '
@@ -183,22 +183,13 @@ def run(config: ml_collections.ConfigDict, steps: int, warmup: int = 3,
       attention=attention, final_loss=loss)
 
 
-def benchmark_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """Checks `config` as training would, except that the benchmark reads no data files."""
-  config = config_lib.resolve(config)
-  checked = config.copy_and_resolve_references()
-  checked.data.update(train_files='(synthetic)', sources='', prepared_dir='')  # reads no data
-  config_lib.validate(checked, jax.device_count())
-  return config
-
-
 def main(argv):
   if len(argv) > 1:
     cli.fail(f'unexpected arguments: {" ".join(argv[1:])}')
   if _TOPOLOGY.value:
     cli.fail('compiling for a TPU slice is its own command now: python -m electra_jax.compile '
              f'--config=... --topology={_TOPOLOGY.value}')
-  config = cli.run(benchmark_config, _CONFIG.value)
+  config = cli.run(aot.checked_without_data, _CONFIG.value, jax.device_count())
   record = run(config, _STEPS.value, _WARMUP.value, _MATMUL_SIZE.value)
   print(json.dumps(record), flush=True)
 

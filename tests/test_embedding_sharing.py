@@ -15,13 +15,14 @@ import numpy as np
 import pytest
 
 from electra_jax.model import networks as model_lib
+from electra_jax.common import config as config_lib
 from electra_jax.hf import exporting
 
-MODEL = ml_collections.ConfigDict(dict(
+MODEL = ml_collections.ConfigDict({**config_lib.default_config().model.to_dict(), **dict(
     vocab_size=40, embedding_size=8, hidden_size=16, num_layers=1, num_heads=2,
     intermediate_size=32, generator_hidden_size=0.5, generator_layers=1.0,
     max_position_embeddings=16,
-    type_vocab_size=2, dropout_rate=0.0, attention_dropout_rate=0.0))
+    type_vocab_size=2, dropout_rate=0.0, attention_dropout_rate=0.0)})
 IDS = jnp.array([[2, 7, 9, 11, 3, 0], [2, 5, 6, 8, 13, 3]])
 LABELS = jnp.array([[0., 1., 0., 0., 0., 0.], [0., 0., 1., 0., 1., 0.]])
 WORDS = ('embeddings', 'word_embeddings', 'embedding')

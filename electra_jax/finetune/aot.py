@@ -23,17 +23,12 @@ def lower_finetune_step(config: ml_collections.ConfigDict, devices, num_examples
   optimizer = optim.make_optimizer(config, shapes, config.model.num_layers, total_steps)
   compiled = glue_run.compile_steps(model, optimizer, num_outputs == 1, train.make_mesh(devices))
   init = lambda: train.TrainState(step=jnp.zeros([], jnp.int32), params=shapes,
-                                  opt_state=optimizer.init(shapes),
-                                  rng=jax.random.PRNGKey(0))
-  state = jax.tree.map(
-      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=compiled.replicated),
-      jax.eval_shape(init))
-  rows = lambda dtype: jax.ShapeDtypeStruct((num_examples, config.max_seq_length), dtype,
-                                            sharding=compiled.replicated)
-  inputs = {'input_ids': rows(jnp.int32), 'segment_ids': rows(jnp.int32),
-            'labels': jax.ShapeDtypeStruct((num_examples,),
-                                           jnp.float32 if num_outputs == 1 else jnp.int32,
-                                           sharding=compiled.replicated)}
+                                  opt_state=optimizer.init(shapes), rng=jax.random.PRNGKey(0))
+  placed = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=compiled.replicated)
+  state = jax.tree.map(lambda x: placed(x.shape, x.dtype), jax.eval_shape(init))
+  rows = (num_examples, config.max_seq_length)
+  inputs = {'input_ids': placed(rows, jnp.int32), 'segment_ids': placed(rows, jnp.int32),
+            'labels': placed((num_examples,), jnp.float32 if num_outputs == 1 else jnp.int32)}
   order = jax.ShapeDtypeStruct((total_steps, config.batch_size), jnp.int64
                                if jax.config.jax_enable_x64 else jnp.int32,
                                sharding=compiled.order_sharding)
@@ -49,25 +44,21 @@ def finetune_flops(config: ml_collections.ConfigDict) -> float:
   return 3 * (parts['discriminator'] + parts['discriminator_attention'])
 
 
-def finetune_report(config: ml_collections.ConfigDict, sliced: aot.Slice, num_examples: int,
-                    num_outputs: int = 2) -> dict:
-  """One JSON-ready record for fine-tuning (a resolved GLUE config) on `sliced`."""
+def compile_finetuning(model: ml_collections.ConfigDict, finetune_config: ml_collections.ConfigDict,
+                       topology: str, num_examples: int = 67349) -> dict:
+  """The GLUE recipe's step on pretrained `model`, compiled for the TPU slice `topology`: one
+  JSON-ready record."""
+  sliced = aot.slice_devices(topology)
+  task = tasks.get_task(finetune_config.task or 'SST-2')  # SST-2: the shape of most GLUE tasks
+  config = glue_run.resolve(finetune_config, task, model, len(sliced.devices))
   record = {'step': 'finetune', **aot.slice_record(sliced), 'jax': jax.__version__,
             'dtype': config.dtype, 'batch_size': config.batch_size,
             'per_chip_batch': config.batch_size / len(sliced.devices),
             'max_seq_length': config.max_seq_length, 'train_examples': num_examples}
   start = time.perf_counter()
-  lowered, state, data = lower_finetune_step(config, sliced.devices, num_examples, num_outputs)
+  lowered, state, data = lower_finetune_step(config, sliced.devices, num_examples,
+                                             task.num_outputs)
   compiled = aot.compile_outside_the_cache(lowered)
   record.update(aot.analyse(compiled, time.perf_counter() - start, state, data,
-                        finetune_flops(config), sliced))
+                            finetune_flops(config), sliced))
   return record
-
-
-def compile_finetuning(model: ml_collections.ConfigDict, finetune_config: ml_collections.ConfigDict,
-                       topology: str, num_examples: int = 67349) -> dict:
-  """The GLUE recipe's step on pretrained `model`, compiled for the TPU slice `topology`."""
-  sliced = aot.slice_devices(topology)
-  task = tasks.get_task(finetune_config.task or 'SST-2')  # SST-2: the shape of most GLUE tasks
-  resolved = glue_run.resolve(finetune_config, task, model, len(sliced.devices))
-  return finetune_report(resolved, sliced, num_examples, task.num_outputs)

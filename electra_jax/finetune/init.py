@@ -163,18 +163,12 @@ def with_reinit(start: Start, reinit: str) -> Start:
                         description=f'{start.description}, {", ".join(parts)} drawn afresh')
 
 
-def initial_params(model: Any, start: Start, seed: int,
-                   max_seq_length: int) -> dict[str, Any]:
+def initial_params(model: Any, start: Start, seed: int, max_seq_length: int) -> dict[str, Any]:
   """A fresh head from `seed` with the pretrained encoder, but for start.reinit's parts, which
   keep their fresh draw (what a task gains from each part of pretraining is then measurable)."""
-  params = jax.device_get(init_params(model, jax.random.PRNGKey(seed), max_seq_length))
-  if start.params is not None:
-    params = _with_pretrained(params, start)
-  return params
-
-
-def _with_pretrained(fresh: dict[str, Any], start: Start) -> dict[str, Any]:
-  """`fresh` with the pretrained encoder in place, but for the parts in start.reinit."""
+  fresh = jax.device_get(init_params(model, jax.random.PRNGKey(seed), max_seq_length))
+  if start.params is None:
+    return fresh
   problems = checkpoint.shape_mismatches(start.params, {k: fresh[k] for k in ENCODER},
                                          'pretrained parameters', 'fine-tuning model')
   if problems:

@@ -48,14 +48,9 @@ def make_optimizer(config: ml_collections.ConfigDict, params, num_layers: int,
                    total_steps: int) -> optax.GradientTransformation:
   """clip -> Adam -> weight decay -> schedule -> layer-wise factors (config: the resolved one)."""
   schedule = learning_rate_schedule(config, total_steps)
-  if config.adam_bias_correction:
-    adam = optax.scale_by_adam(b1=config.adam_b1, b2=config.adam_b2, eps=config.adam_eps)
-  else:
-    adam = pretrain_optim.scale_by_adam_without_bias_correction(config.adam_b1, config.adam_b2,
-                                                                config.adam_eps)
   return optax.chain(
       optax.clip_by_global_norm(config.max_grad_norm),
-      adam,
+      pretrain_optim.adam(config),
       optax.add_decayed_weights(config.weight_decay, mask=pretrain_optim.decay_mask),
       optax.scale_by_learning_rate(schedule),
       scale_by_tree(layer_factors(params, num_layers, config.layer_decay)),

@@ -4,7 +4,6 @@ the task and model size; DIR/config.json records the resolved numbers."""
 import ml_collections
 
 from electra_jax.common import config as config_lib
-from electra_jax.common.config import load_config_file
 from electra_jax.common.errors import UsageError
 
 # Fields of configs/finetune/glue.py that only GLUE's data and classifier read.
@@ -46,7 +45,7 @@ def with_added_fields(fields: dict) -> dict:
 def shared_recipe(glue_config_path: str) -> ml_collections.ConfigDict:
   """GLUE's config file without its GLUE-only fields: the start of the other task families'
   config files, so that the optimizer and the per-size recipe are written down once."""
-  config = load_config_file(glue_config_path)
+  config = config_lib.load_config_file(glue_config_path)
   for name in GLUE_ONLY:
     del config[name]
   return config

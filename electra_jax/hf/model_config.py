@@ -45,33 +45,24 @@ def to_hf(model_config: ml_collections.ConfigDict, network: str) -> dict[str, An
   """The config.json of `network` ('discriminator', 'generator' or 'mlm', see params.NETWORKS)."""
   m = model_config
   if network == 'generator':
-    width = config_lib.generator_width(m)
+    width, depth = config_lib.generator_width(m), config_lib.generator_depth(m)
     heads, ffn = generator_shape(width)
-    depth = config_lib.generator_depth(m)
   else:
     width, heads, ffn, depth = m.hidden_size, m.num_heads, m.intermediate_size, m.num_layers
   kind = params_lib.NETWORKS[network].kind
   architecture = ARCHITECTURES[kind] if kind in ARCHITECTURES else TASK_ARCHITECTURES[kind]
   return {
-      'architectures': [architecture],
-      'model_type': 'electra',
-      'vocab_size': m.vocab_size,
-      'embedding_size': m.embedding_size,
-      'hidden_size': width,
-      'num_hidden_layers': depth,
-      'num_attention_heads': heads,
-      'intermediate_size': ffn,
+      'architectures': [architecture], 'model_type': 'electra',
+      'vocab_size': m.vocab_size, 'embedding_size': m.embedding_size, 'hidden_size': width,
+      'num_hidden_layers': depth, 'num_attention_heads': heads, 'intermediate_size': ffn,
       'hidden_act': 'gelu',  # exact erf GELU in transformers, as in our model
       'hidden_dropout_prob': m.dropout_rate,
       'attention_probs_dropout_prob': m.attention_dropout_rate,
-      'max_position_embeddings': m.max_position_embeddings,
-      'type_vocab_size': m.type_vocab_size,
-      'initializer_range': 0.02,
-      'layer_norm_eps': layers.LAYER_NORM_EPS,
+      'max_position_embeddings': m.max_position_embeddings, 'type_vocab_size': m.type_vocab_size,
+      'initializer_range': 0.02, 'layer_norm_eps': layers.LAYER_NORM_EPS,
       'position_embedding_type': 'absolute',
       'pad_token_id': 0,  # our attention mask is `input_ids != 0`
-      'tie_word_embeddings': True,
-      'dtype': 'float32',
+      'tie_word_embeddings': True, 'dtype': 'float32',
   }
 
 

@@ -54,17 +54,10 @@ def _layer_norm(torch_prefix, path):
           Pair(f'{torch_prefix}.bias', (*path, 'bias'), False)]
 
 
-def _embedding_block():
-  pairs = [Pair(f'electra.embeddings.{name}.weight', ('embeddings', name, 'embedding'), False)
-           for name in ('word_embeddings', 'position_embeddings', 'token_type_embeddings')]
-  return pairs + _layer_norm('electra.embeddings.LayerNorm', ('embeddings', 'layer_norm'))
-
-
 def _encoder_layer(index, encoder):
   torch_prefix, path = f'electra.encoder.layer.{index}', (encoder, f'layer_{index}')
-  pairs = []
-  for name in ('query', 'key', 'value'):
-    pairs += _linear(f'{torch_prefix}.attention.self.{name}', (*path, 'attention', name))
+  pairs = [pair for name in ('query', 'key', 'value') for pair in _linear(
+      f'{torch_prefix}.attention.self.{name}', (*path, 'attention', name))]
   pairs += _linear(f'{torch_prefix}.attention.output.dense', (*path, 'attention_output'))
   pairs += _layer_norm(f'{torch_prefix}.attention.output.LayerNorm',
                        (*path, 'attention_layer_norm'))
@@ -77,7 +70,9 @@ def _encoder_layer(index, encoder):
 def name_pairs(network: str, num_layers: int, has_projection: bool) -> list[Pair]:
   """Every tensor of one HF network (a name in NETWORKS) and where it lives in our tree."""
   encoder, head, kind = NETWORKS[network]
-  pairs = _embedding_block()
+  pairs = [Pair(f'electra.embeddings.{name}.weight', ('embeddings', name, 'embedding'), False)
+           for name in ('word_embeddings', 'position_embeddings', 'token_type_embeddings')]
+  pairs += _layer_norm('electra.embeddings.LayerNorm', ('embeddings', 'layer_norm'))
   if has_projection:
     pairs += _linear('electra.embeddings_project', (encoder, 'embeddings_project'))
   for i in range(num_layers):
@@ -142,9 +137,10 @@ def from_hf(tensors: Mapping[str, np.ndarray], kind: str, target: Mapping[str, A
                      f'has: {_listing(missing)}; the weights do not belong to its config.json')
   unexpected = set(tensors) - expected - set(IGNORED) - {TIED_OUTPUT}
   if unexpected:
+    hint = {'discriminator': 'ForPreTraining', 'generator': 'ForMaskedLM'}.get(kind, 'Model')
     raise UsageError(f'{source} holds {len(unexpected)} tensor(s) an ELECTRA {kind} does not '
-                     f'have: {_listing(unexpected)}; is it an Electra{_class_hint(kind)} '
-                     'checkpoint matching its config.json?')
+                     f'have: {_listing(unexpected)}; is it an Electra{hint} checkpoint matching '
+                     'its config.json?')
   tree = {}
   for pair in pairs:
     value = np.asarray(tensors[pair.torch_name])
@@ -165,7 +161,3 @@ def from_hf(tensors: Mapping[str, np.ndarray], kind: str, target: Mapping[str, A
                      "generator's output matrix to the word embeddings and electra_jax cannot "
                      'represent an untied one')
   return tree
-
-
-def _class_hint(kind: str) -> str:
-  return {'discriminator': 'ForPreTraining', 'generator': 'ForMaskedLM'}.get(kind, 'Model')

@@ -30,7 +30,24 @@ def layer_norm(name: str) -> nn.LayerNorm:
   return nn.LayerNorm(epsilon=LAYER_NORM_EPS, dtype=jnp.float32, name=name)
 
 
-class Embeddings(nn.Module):
+class WordTable(nn.Module):
+  """An embedding block's `word_embeddings`: the lookup, and the tied output matrix."""
+
+  def words(self, input_ids, word_delta=None):
+    """`word_delta` [V, E] (GDES): the words come from stop_gradient(table) + word_delta."""
+    if word_delta is None:
+      return self.word_embeddings(input_ids)
+    table = jax.lax.stop_gradient(self.word_embeddings.embedding) + word_delta
+    return jnp.take(table, input_ids, axis=0)
+
+  def attend(self, hidden):
+    """Logits against the word-embedding table (the generator's tied output matrix)."""
+    table = self.word_embeddings.embedding.astype(self.dtype)
+    return jnp.einsum('...e,ve->...v', hidden.astype(self.dtype), table,
+                      preferred_element_type=jnp.float32)
+
+
+class Embeddings(WordTable):
   """Word + position + token-type embeddings, LayerNorm and dropout, all in width E."""
   vocab_size: int
   embedding_size: int
@@ -40,35 +57,19 @@ class Embeddings(nn.Module):
   dtype: Any = jnp.float32
 
   def setup(self):
-    self.word_embeddings = nn.Embed(
-        self.vocab_size, self.embedding_size, embedding_init=_init, name='word_embeddings')
-    self.position_embeddings = nn.Embed(
-        self.max_position_embeddings, self.embedding_size, embedding_init=_init,
-        name='position_embeddings')
-    self.token_type_embeddings = nn.Embed(
-        self.type_vocab_size, self.embedding_size, embedding_init=_init,
-        name='token_type_embeddings')
+    table = lambda rows, name: nn.Embed(rows, self.embedding_size, embedding_init=_init, name=name)
+    self.word_embeddings = table(self.vocab_size, 'word_embeddings')
+    self.position_embeddings = table(self.max_position_embeddings, 'position_embeddings')
+    self.token_type_embeddings = table(self.type_vocab_size, 'token_type_embeddings')
     self.layer_norm = layer_norm('layer_norm')
     self.dropout = nn.Dropout(self.dropout_rate)
 
   def __call__(self, input_ids, segment_ids, deterministic: bool, word_delta=None):
-    """`word_delta` [V, E] (GDES): the words come from stop_gradient(table) + word_delta."""
+    """`word_delta` as `WordTable.words`."""
     positions = jnp.arange(input_ids.shape[-1])[None, :]
-    if word_delta is None:
-      words = self.word_embeddings(input_ids)
-    else:
-      table = jax.lax.stop_gradient(self.word_embeddings.embedding) + word_delta
-      words = jnp.take(table, input_ids, axis=0)
-    x = (words + self.position_embeddings(positions)
-         + self.token_type_embeddings(segment_ids))
-    x = self.layer_norm(x)
+    x = self.layer_norm(self.words(input_ids, word_delta) + self.position_embeddings(positions)
+                        + self.token_type_embeddings(segment_ids))
     return self.dropout(x, deterministic=deterministic).astype(self.dtype)
-
-  def attend(self, hidden):
-    """Logits against the word-embedding table (the generator's tied output matrix)."""
-    table = self.word_embeddings.embedding.astype(self.dtype)
-    return jnp.einsum('...e,ve->...v', hidden.astype(self.dtype), table,
-                      preferred_element_type=jnp.float32)
 
 
 ATTENTION_IMPLEMENTATIONS = ('auto', 'xla', 'cudnn', 'pallas', 'einsum')

@@ -18,7 +18,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from electra_jax.model.layers import attention_kernel, gelu
+from electra_jax.model.layers import WordTable, attention_kernel, gelu
 
 NORM_EPS = 1e-5
 _init = nn.initializers.truncated_normal(stddev=0.02)
@@ -51,9 +51,9 @@ def band(length: int, window: int) -> jax.Array:
   return jnp.abs(order[:, None] - order[None, :]) <= window // 2
 
 
-class ModernEmbeddings(nn.Module):
+class ModernEmbeddings(WordTable):
   """The word table, a norm and dropout: no position or token-type embeddings (RoPE is in the
-  attention)."""
+  attention); `attend` is the tied decoder."""
   vocab_size: int
   width: int
   dropout_rate: float
@@ -68,18 +68,8 @@ class ModernEmbeddings(nn.Module):
   def __call__(self, input_ids, segment_ids, deterministic: bool, word_delta=None):
     """`segment_ids` is ignored (the design has no token types); `word_delta` as Embeddings'."""
     del segment_ids
-    if word_delta is None:
-      words = self.word_embeddings(input_ids)
-    else:
-      table = jax.lax.stop_gradient(self.word_embeddings.embedding) + word_delta
-      words = jnp.take(table, input_ids, axis=0)
+    words = self.words(input_ids, word_delta)
     return self.dropout(self.layer_norm(words), deterministic=deterministic).astype(self.dtype)
-
-  def attend(self, hidden):
-    """Logits against the word table (the tied decoder)."""
-    table = self.word_embeddings.embedding.astype(self.dtype)
-    return jnp.einsum('...e,ve->...v', hidden.astype(self.dtype), table,
-                      preferred_element_type=jnp.float32)
 
 
 class RotaryAttention(nn.Module):
@@ -201,12 +191,11 @@ class ModernHead(nn.Module):
 
   @nn.compact
   def __call__(self, hidden):
-    width = self.width
-    hidden = nn.Dense(width, use_bias=False, kernel_init=_init, dtype=self.dtype,
+    hidden = nn.Dense(self.width, use_bias=False, kernel_init=_init, dtype=self.dtype,
                       name='dense')(hidden)
     hidden = norm('layer_norm')(gelu(hidden))
     if self.vocab_size:
       return hidden, self.param('output_bias', nn.initializers.zeros, (self.vocab_size,))
-    logits = nn.Dense(1, kernel_init=nn.initializers.normal(width ** -0.5), dtype=jnp.float32,
-                      name='prediction')(hidden)
+    logits = nn.Dense(1, kernel_init=nn.initializers.normal(self.width ** -0.5),
+                      dtype=jnp.float32, name='prediction')(hidden)
     return logits[..., 0]

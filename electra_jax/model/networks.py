@@ -49,7 +49,8 @@ class ModelConfig:
   def of(cls, model: 'ModelConfig | ml_collections.ConfigDict') -> 'ModelConfig':
     if isinstance(model, cls):
       return model
-    return cls(**{field.name: model[field.name] for field in dataclasses.fields(cls)})
+    # A section written before a field existed (architecture, ...) takes the field's default.
+    return cls(**{f.name: model[f.name] for f in dataclasses.fields(cls) if f.name in model})
 
 
 def _encoder(net: nn.Module, width: int, layers: int, heads: int, ffn: int):
@@ -68,8 +69,6 @@ def discriminator_encoder(net: nn.Module) -> Encoder | ModernEncoder:
 
 
 def generator_encoder(net: nn.Module) -> Encoder | ModernEncoder:
-  """generator_depth layers at generator_width; 'bert''s with 64-wide heads and a 4x FFN, as the
-  original, 'modern''s with the discriminator's (common/config.generator_heads_and_ffn)."""
   c = net.config
   return _encoder(net, generator_width(c), generator_depth(c), *generator_heads_and_ffn(c))
 
@@ -84,9 +83,8 @@ def embeddings_block(net: nn.Module) -> Embeddings | ModernEmbeddings:
 
 def mlm_head(net: nn.Module) -> MLMHead | ModernHead:
   c = net.config
-  if c.architecture == 'modern':
-    return ModernHead(c.embedding_size, c.vocab_size, net.dtype)
-  return MLMHead(c.embedding_size, c.vocab_size, net.dtype)
+  head = ModernHead if c.architecture == 'modern' else MLMHead
+  return head(c.embedding_size, c.vocab_size, net.dtype)
 
 
 def discriminator_head(net: nn.Module) -> DiscriminatorHead | ModernHead:
@@ -114,7 +112,15 @@ def replaced_token_logits(embeddings: Embeddings, encoder: Encoder, head: Discri
   return head(hidden)
 
 
-class Electra(nn.Module):
+class _Network(nn.Module):
+  """The fields every pretraining network below is built from."""
+  config: ModelConfig  # the `model` section of the run config
+  dtype: Any = jnp.float32
+  remat: bool = False
+  attention: str = 'auto'  # SelfAttention.implementation; every choice computes the same
+
+
+class Electra(_Network):
   """Generator and discriminator over one shared embedding block.
 
   embedding_sharing='gdes' is DeBERTa-v3's gradient-disentangled sharing of the word table: the
@@ -125,10 +131,6 @@ class Electra(nn.Module):
   `generator` entry), which needs a generator of the discriminator's size (common/config.py checks).
   The heads stay separate in every setting.
   """
-  config: ModelConfig  # the `model` section of the run config
-  dtype: Any = jnp.float32
-  remat: bool = False
-  attention: str = 'auto'  # SelfAttention.implementation; every choice computes the same
   embedding_sharing: str = 'shared'  # 'shared', 'gdes', 'none' or 'all'
 
   def setup(self):
@@ -165,7 +167,7 @@ class Electra(nn.Module):
                                  input_ids, segment_ids, deterministic, delta)
 
 
-class Electric(nn.Module):
+class Electric(_Network):
   """Electric (Clark et al., 2020, "Pre-Training Transformers as Energy-Based Cloze Models"),
   as the original repository builds it: a two-tower cloze generator and ELECTRA's discriminator.
 
@@ -173,10 +175,6 @@ class Electric(nn.Module):
   right-to-left; token t is represented by the forward tower at t-1 and the backward one at t+1,
   so an MLM-like head on both gives q(token | every other token) at every position.
   """
-  config: ModelConfig  # the `model` section of the run config
-  dtype: Any = jnp.float32
-  remat: bool = False
-  attention: str = 'auto'  # SelfAttention.implementation; every choice computes the same
 
   def setup(self):
     self.embeddings = embeddings_block(self)
@@ -215,12 +213,8 @@ class Electric(nn.Module):
                                  input_ids, segment_ids, deterministic)
 
 
-class Discriminator(nn.Module):
+class Discriminator(_Network):
   """ELECTRA's discriminator alone (config.generator_kind='unigram'), under `Electra`'s names."""
-  config: ModelConfig  # the `model` section of the run config
-  dtype: Any = jnp.float32
-  remat: bool = False
-  attention: str = 'auto'  # SelfAttention.implementation; every choice computes the same
 
   def setup(self):
     self.embeddings = embeddings_block(self)
@@ -234,12 +228,8 @@ class Discriminator(nn.Module):
                                  input_ids, segment_ids, deterministic)
 
 
-class MaskedLM(nn.Module):
+class MaskedLM(_Network):
   """BERT's masked LM: the discriminator-sized encoder and an MLM head on the tied embeddings."""
-  config: ModelConfig  # the `model` section of the run config
-  dtype: Any = jnp.float32
-  remat: bool = False
-  attention: str = 'auto'  # SelfAttention.implementation; every choice computes the same
 
   def setup(self):
     self.embeddings = embeddings_block(self)
@@ -252,17 +242,13 @@ class MaskedLM(nn.Module):
                             segment_ids, positions, deterministic)
 
 
-class ReplaceMLM(nn.Module):
+class ReplaceMLM(_Network):
   """The paper's Replace-MLM and All-Tokens-MLM ablations (section 3.2): ELECTRA's generator,
   and a discriminator-sized masked LM (`mlm_head` as `MaskedLM`'s) that reads the generator's
   samples instead of [MASK]. With `copy_mechanism` (All-Tokens MLM) a `copy_head` gives each
   token the probability D that the output is its input: the paper's "copy probability ... using
   a sigmoid layer".
   """
-  config: ModelConfig  # the `model` section of the run config
-  dtype: Any = jnp.float32
-  remat: bool = False
-  attention: str = 'auto'  # SelfAttention.implementation; every choice computes the same
   copy_mechanism: bool = False
 
   def setup(self):
@@ -295,8 +281,7 @@ class ReplaceMLM(nn.Module):
     return self.embeddings.attend(projected) + output_bias, copy_logits
 
 
-def init_params(model: Electra | Electric | MaskedLM | ReplaceMLM | Discriminator, rng,
-                max_seq_length: int):
+def init_params(model: _Network, rng, max_seq_length: int):
   """Initial float32 parameters for every submodule of `model`."""
   ids = jnp.zeros((1, max_seq_length), jnp.int32)
   positions = jnp.zeros((1, 1), jnp.int32)

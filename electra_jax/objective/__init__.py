@@ -23,8 +23,7 @@ from electra_jax.model import networks as model_lib
 from electra_jax.objective import all_tokens_mlm, electra, electric, mlm, replace_mlm, unigram
 # The shared pieces, also reachable as objective.<name>.
 from electra_jax.objective.masking import (  # noqa: F401
-    Masked, Prepared, SpecialIds, bert_mask_inputs, mask_inputs, num_slots, replace_and_label,
-    sample_replacements)
+    Masked, Prepared, SpecialIds, num_slots, replace_and_label, sample_replacements)
 
 
 class Objective(NamedTuple):
@@ -49,9 +48,7 @@ UNIGRAM_ELECTRA = Objective(model_lib.Discriminator, unigram.prepare, unigram.pa
 
 
 def get(config: ml_collections.ConfigDict) -> Objective:
-  if config.generator_kind == 'unigram':
-    return UNIGRAM_ELECTRA
-  return OBJECTIVES[config.objective]
+  return UNIGRAM_ELECTRA if config.generator_kind == 'unigram' else OBJECTIVES[config.objective]
 
 
 def prepare(rng, input_ids, config: ml_collections.ConfigDict,

@@ -30,17 +30,15 @@ def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng,
   micro-batches' losses and gradients add up exactly to the batch's. `auc` (a sort of every
   token) is for where it is read, never the train step. Stats: see `objective.summarize`.
   """
-  input_ids = batch['input_ids']
-  input_mask = (input_ids != special.pad).astype(jnp.float32)
-  masked = prepared.masked
+  input_mask = (batch['input_ids'] != special.pad).astype(jnp.float32)
   gen_logits, mlm_loss, sampled, disc_logits, labels = generate_and_discriminate(
       apply_fn, params, batch, prepared, dropout_rng, config, train)
   disc_loss = rtd_loss(disc_logits, labels, input_mask, prepared.token_count)
 
   # Step 7: one joint loss, minimised by one optimizer over both networks.
   loss = config.gen_weight * mlm_loss + config.disc_weight * disc_loss
-  return loss, step_stats(loss, mlm_loss, disc_loss, gen_logits, masked, sampled, disc_logits,
-                          labels, input_mask, auc)
+  return loss, step_stats(loss, mlm_loss, disc_loss, gen_logits, prepared.masked, sampled,
+                          disc_logits, labels, input_mask, auc)
 
 
 def rtd_loss(disc_logits, labels, weights, count):

@@ -7,7 +7,8 @@ nothing is [MASK]ed. The discriminator is a noise-contrastive classifier; its lo
 
   s_t = head_t + stop_gradient(log q(x̃_t | context)) + log(mask_prob / (1 - mask_prob)),
 
-x̃ the corrupted text, and its label is 1 at every selected position, even where the sample
+x̃ the corrupted text, the last term NCE's log k for k = mask_prob / (1 - mask_prob) noise
+samples per data token. Its label is 1 at every selected position, even where the sample
 equals the original (it is still a draw from the noise distribution), 0 elsewhere. Loss:
 gen_weight * cloze + disc_weight * mean BCE(s_t, label) over the real tokens.
 """
@@ -32,11 +33,6 @@ def prepare(rng, input_ids, config: ml_collections.ConfigDict,
   return Prepared(selected, jax.random.split(sample_rng, input_ids.shape[0]),
                   jnp.sum(masking.candidates(input_ids, special)).astype(jnp.float32),
                   masking.count_tokens(input_ids, special))
-
-
-def noise_log_odds(mask_prob: float) -> float:
-  """log(k) for NCE with k = mask_prob / (1 - mask_prob) noise samples per data token."""
-  return math.log(mask_prob / (1.0 - mask_prob))
 
 
 def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng,
@@ -67,7 +63,8 @@ def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng,
   head = apply_fn(variables, noisy_ids, segment_ids, not train, method='discriminate',
                   rngs={'dropout': disc_rng})
   log_q_read = jnp.take_along_axis(log_q, noisy_ids[..., None], axis=-1)[..., 0]
-  disc_logits = head + jax.lax.stop_gradient(log_q_read) + noise_log_odds(config.mask_prob)
+  disc_logits = (head + jax.lax.stop_gradient(log_q_read)
+                 + math.log(config.mask_prob / (1.0 - config.mask_prob)))  # s_t above
   disc_loss = electra.rtd_loss(disc_logits, labels, input_mask, prepared.token_count)
 
   loss = config.gen_weight * cloze_loss + config.disc_weight * disc_loss

@@ -292,8 +292,7 @@ def _inverse_cdf_draw(key, seq_logits):
 
 def last_positive(weights):
   """Per row of [P, N] weights, the index of the last entry above zero."""
-  above = weights > 0
-  return weights.shape[-1] - 1 - jnp.argmax(above[:, ::-1], axis=-1)
+  return weights.shape[-1] - 1 - jnp.argmax((weights > 0)[:, ::-1], axis=-1)
 
 
 def unigram_replacements(rng, input_ids, shape, special: SpecialIds = SpecialIds()):

@@ -266,15 +266,23 @@ def slice_record(sliced: Slice) -> dict:
           'device_kind': sliced.devices[0].device_kind, 'chip': sliced.chip._asdict()}
 
 
+def checked_without_data(config: ml_collections.ConfigDict,
+                         num_devices: int) -> ml_collections.ConfigDict:
+  """`config` resolved, and checked as training would check it on `num_devices`, except that
+  its step reads no data files (the benchmark's, or one compiled for a slice)."""
+  config = config_lib.resolve(config)
+  checked = config.copy_and_resolve_references()
+  checked.data.update(train_files='(synthetic)', sources='', prepared_dir='')  # reads no data
+  config_lib.validate(checked, num_devices)
+  return config
+
+
 def compile_pretraining(config: ml_collections.ConfigDict, topology: str,
                         search_batch: bool = True) -> dict:
   """Pretraining's step compiled for the TPU slice `topology`: one JSON-ready record."""
   sliced = slice_devices(topology)
   chips = len(sliced.devices)
-  config = config_lib.resolve(config)
-  checked = config.copy_and_resolve_references()
-  checked.data.update(train_files='(synthetic)', sources='', prepared_dir='')  # reads no data
-  config_lib.validate(checked, chips)
+  config = checked_without_data(config, chips)
   record = {'step': 'pretrain', **slice_record(sliced), 'jax': jax.__version__,
             'objective': config.objective, 'dtype': config.dtype,
             'batch_size': config.batch_size, 'per_chip_batch': config.batch_size / chips,

@@ -141,8 +141,7 @@ HFReader = Callable[[str, ml_collections.ConfigDict], Source]
 
 
 def generator_shape(m: ml_collections.ConfigDict) -> Shape:
-  """The run's generator (networks.generator_encoder): generator_width wide, heads width // 64,
-  a 4x FFN, generator_depth layers."""
+  """The shape of the run's generator (networks.generator_encoder builds it)."""
   width = config_lib.generator_width(m)
   return Shape(width, max(1, width // 64), 4 * width, config_lib.generator_depth(m),
                m.embedding_size, m.vocab_size, m.max_position_embeddings, m.type_vocab_size)
@@ -329,10 +328,6 @@ def load(config: ml_collections.ConfigDict, target: dict, workdir: str,
   else:
     source = read_run(directory)
   check_fits(source, target)
-  logging.info('the generator is frozen: %s parameters from %s', f'{_count(source.params):,}',
-               source.name)
+  logging.info('the generator is frozen: %s parameters from %s',
+               f'{networks.count_params(source.params):,}', source.name)
   return source.params
-
-
-def _count(params) -> int:
-  return sum(x.size for x in jax.tree.leaves(params))

@@ -91,17 +91,20 @@ def scale_by_adam_without_bias_correction(b1: float, b2: float, eps: float):
   return optax.GradientTransformation(init, update)
 
 
+def adam(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
+  """Adam at the config's betas and epsilon, bias-corrected if config.adam_bias_correction."""
+  if config.adam_bias_correction:
+    return optax.scale_by_adam(b1=config.adam_b1, b2=config.adam_b2, eps=config.adam_eps)
+  return scale_by_adam_without_bias_correction(config.adam_b1, config.adam_b2, config.adam_eps)
+
+
 def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
   """The pretraining optimizer from the run config's optimizer fields."""
   schedule = learning_rate_schedule(config.learning_rate, config.warmup_steps,
                                     config.num_train_steps)
-  if config.adam_bias_correction:
-    adam = optax.scale_by_adam(b1=config.adam_b1, b2=config.adam_b2, eps=config.adam_eps)
-  else:
-    adam = scale_by_adam_without_bias_correction(config.adam_b1, config.adam_b2, config.adam_eps)
   return optax.chain(
       optax.clip_by_global_norm(config.max_grad_norm),
-      adam,
+      adam(config),
       weight_decay(config),
       optax.scale_by_learning_rate(schedule),
   )

@@ -167,10 +167,8 @@ def read_tfds(tfds_name: str, data_dir: str, task: Task, split: str, labelled: b
               required: bool = True) -> Examples | None:
   name = f'{tfds_name}/{task.tfds_config}'
   try:
-    if not required:
-      splits = sources.tfds_builder(name, data_dir).info.splits
-      if split not in splits:
-        return None
+    if not required and split not in sources.tfds_builder(name, data_dir).info.splits:
+      return None
     return examples_from_records(task, sources.tfds_records(name, split, data_dir), labelled,
                                  f"TFDS {name} split '{split}'")
   except sources.NotPrepared as e:  # in fine-tuning's own fields, with its local folders
@@ -200,7 +198,5 @@ def load(task: Task, data_dir: str, tfds_name: str, tfds_data_dir: str,
         required)
   train = read(None, True)
   dev = {split.name: read(split, True) for split in task.dev}
-  test = {}
-  if with_test:
-    test = {split.name: read(split, False, False) for split in task.test}
+  test = {split.name: read(split, False, False) for split in task.test} if with_test else {}
   return GlueData(train, dev, {k: v for k, v in test.items() if v is not None})

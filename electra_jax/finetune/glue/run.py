@@ -63,39 +63,6 @@ def compile_steps(model, optimizer, regression, mesh) -> loop.Compiled:
                                  functools.partial(predict_step, model=model), optimizer, mesh)
 
 
-def to_predictions(task, outputs: np.ndarray) -> np.ndarray:
-  return outputs[:, 0] if task.is_regression else np.argmax(outputs, axis=-1)
-
-
-def train_examples(config, task, data):
-  examples = features.subset(data.train, config.max_train_examples)
-  used = len(examples)
-  if task.swap_pairs and config.swap_pairs:
-    examples = features.with_swapped_pairs(examples)
-  return examples, used
-
-
-def fine_tune_seed(config, task, seed, start, model, compiled, train_inputs, eval_inputs,
-                   total_steps, schedule, log, workdir, token_counts=None):
-  """Trains from a fresh head (seed) and returns (dev metrics by split, test predictions)."""
-  params = loop.train_seed(config, seed, start, model, compiled, train_inputs, total_steps,
-                           schedule, log, workdir, token_counts)
-  predict_fn, batch_sharding = compiled.predict, compiled.batch_sharding
-  scores, test_predictions = {}, {}
-  for name, (inputs, labels) in eval_inputs['dev'].items():
-    predictions = to_predictions(task, loop.predict(predict_fn, params, inputs,
-                                                    config.eval_batch_size, batch_sharding))
-    scores[name] = tasks.compute(task.metrics, labels, predictions)
-  for name, inputs in eval_inputs['test'].items():
-    test_predictions[name] = to_predictions(task, loop.predict(
-        predict_fn, params, inputs, config.eval_batch_size, batch_sharding))
-  return scores, test_predictions
-
-
-def task_score(task: tasks.Task, scores: dict[str, dict[str, float]]) -> float:
-  return scores[task.dev[0].name][task.metrics[0]]
-
-
 def write_submission(path: str, task: tasks.Task, examples: glue_data.Examples,
                      predictions: np.ndarray):
   lines = ['index\tprediction']
@@ -110,7 +77,8 @@ def write_results(workdir: str, task: tasks.Task, config, description: str, budg
                   per_seed: dict[int, dict], predictions: dict[int, dict[str, np.ndarray]],
                   test: dict[str, glue_data.Examples]) -> dict:
   """DIR/results.json and the submission files; returns results.json's contents."""
-  chosen = loop.median_of({seed: task_score(task, s) for seed, s in per_seed.items()})
+  task_scores = {seed: s[task.dev[0].name][task.metrics[0]] for seed, s in per_seed.items()}
+  chosen = loop.median_of(task_scores)
   for seed, by_split in predictions.items():
     seed_dir = os.path.join(workdir, f'seed_{seed}')
     os.makedirs(seed_dir, exist_ok=True)
@@ -121,7 +89,7 @@ def write_results(workdir: str, task: tasks.Task, config, description: str, budg
   summary = {
       'task': task.name, 'init_from': config.init_from, 'init': description, 'size': config.size,
       'score_metric': f'{task.dev[0].name} {task.metrics[0]}',
-      'score': float(np.median([task_score(task, s) for s in per_seed.values()])),
+      'score': float(np.median(list(task_scores.values()))),
       'median': loop.medians(per_seed),
       'seeds': {str(seed): scores for seed, scores in per_seed.items()},
       'submission_seed': chosen if predictions[chosen] else None,  # None: no test split
@@ -140,7 +108,10 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   config = resolve(config, task, start.model, jax.device_count(), start.step)
   data = glue_data.load(task, config.data_dir, config.tfds_name, config.tfds_data_dir,
                         config.predict_test)
-  train_set, used = train_examples(config, task, data)
+  train_set = features.subset(data.train, config.max_train_examples)
+  used = len(train_set)
+  if task.swap_pairs and config.swap_pairs:
+    train_set = features.with_swapped_pairs(train_set)
   # Each set is cut to its longest example: the step and predictions then cost what the data
   # needs, not max_seq_length (one more compilation per distinct length, a few at most).
   encode = lambda examples: features.trim_padding(
@@ -164,13 +135,23 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   logging.info('%s from %s: %d training examples (%d used%s), %d steps of '
                '%d (length %d of %d), lr %g, layer decay %g, seeds %s', task.name,
                start.description, len(data.train), used, swaps, total_steps,
-               config.batch_size, train_inputs['input_ids'].shape[1], config.max_seq_length,
+               config.batch_size, width, config.max_seq_length,
                config.learning_rate, config.layer_decay, config.seeds)
 
+  def run_seed(seed, log):
+    """Trains from a fresh head (seed): (dev metrics by split, test predictions)."""
+    params = loop.train_seed(config, seed, start, model, compiled, train_inputs, total_steps,
+                             schedule, log, workdir, token_counts)
+    def predict(inputs):
+      outputs = loop.predict(compiled.predict, params, inputs, config.eval_batch_size,
+                             compiled.batch_sharding)
+      return outputs[:, 0] if task.is_regression else np.argmax(outputs, axis=-1)
+    scores = {name: tasks.compute(task.metrics, labels, predict(inputs))
+              for name, (inputs, labels) in eval_inputs['dev'].items()}
+    return scores, {name: predict(inputs) for name, inputs in eval_inputs['test'].items()}
+
   started = time.perf_counter()
-  outcomes = loop.for_each_seed(config, workdir, total_steps, lambda seed, log: fine_tune_seed(
-      config, task, seed, start, model, compiled, train_inputs, eval_inputs, total_steps,
-      schedule, log, workdir, token_counts))
+  outcomes = loop.for_each_seed(config, workdir, total_steps, run_seed)
   per_seed = {seed: scores for seed, (scores, _) in outcomes.items()}
   predictions = {seed: test for seed, (_, test) in outcomes.items()}
   budget = {'train_examples': used, 'train_pairs_with_swaps': len(train_set),

@@ -64,10 +64,6 @@ def _has(record: dict, name: str, kind: type) -> bool:
   return isinstance(record, dict) and name in record and isinstance(record[name], kind)
 
 
-def _title(article: dict) -> str:
-  return article['title'] if 'title' in article else '?'
-
-
 def _load_json(path: str):
   if not os.path.isfile(path):
     raise UsageError(f"SQuAD file '{path}' does not exist; set --config.data_dir (and "
@@ -105,14 +101,14 @@ def read(path: str, answerable_only: bool = False, max_articles: int = 0) -> Squ
   for article in articles[:max_articles] if max_articles > 0 else articles:
     for paragraph in article['paragraphs'] if 'paragraphs' in article else ():
       if not _has(paragraph, 'context', str):
-        raise UsageError(f"'{path}': a paragraph of '{_title(article)}' has no "
+        raise UsageError(f"'{path}': a paragraph of '{article.get('title', '?')}' has no "
                          "'context' text")
       context = paragraph['context']
       number = len(contexts)
       contexts.append(split_words(context))
       for qa in paragraph['qas'] if 'qas' in paragraph else ():
         if not _has(qa, 'id', str) or not _has(qa, 'question', str):
-          raise UsageError(f"'{path}': a question of '{_title(article)}' lacks an "
+          raise UsageError(f"'{path}': a question of '{article.get('title', '?')}' lacks an "
                            "'id' or its 'question' text")
         qid = qa['id']
         if qid in seen:

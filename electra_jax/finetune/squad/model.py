@@ -30,8 +30,7 @@ _gelu = lambda x: jax.nn.gelu(x, approximate=False)
 
 def answer_bias(input_ids, segment_ids):
   """0 where an answer may start or end (the context, its closing [SEP], and [CLS]), else -1000."""
-  allowed = (segment_ids == 1) & (input_ids != 0)
-  allowed = allowed.at[:, 0].set(True)
+  allowed = ((segment_ids == 1) & (input_ids != 0)).at[:, 0].set(True)
   return MASKED * (allowed.astype(jnp.float32) - 1.0)
 
 

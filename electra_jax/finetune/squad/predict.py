@@ -38,10 +38,6 @@ def span_text(context: Context, tokens: TokenizedContext, first: int, last: int)
   return ' '.join(piece for piece in pieces if piece)
 
 
-def _best_indexes(logits: np.ndarray, count: int) -> np.ndarray:
-  return np.argsort(-logits, kind='stable')[:count]
-
-
 def _pairs(outputs, window: int, head: str, n_best_size: int):
   """(start, end, score) arrays of a window's candidate pairs."""
   if head == 'electra':
@@ -50,9 +46,8 @@ def _pairs(outputs, window: int, head: str, n_best_size: int):
     return (starts, outputs['end_top_index'][window],
             outputs['start_top_log_probs'][window][:, None] + outputs['end_top_log_probs'][window])
   start_logits, end_logits = outputs['start_logits'][window], outputs['end_logits'][window]
-  starts = _best_indexes(start_logits, n_best_size)[:, None]
-  ends = _best_indexes(end_logits, n_best_size)[None, :]
-  starts, ends = np.broadcast_arrays(starts, ends)
+  best = lambda logits: np.argsort(-logits, kind='stable')[:n_best_size]
+  starts, ends = np.broadcast_arrays(best(start_logits)[:, None], best(end_logits)[None, :])
   return starts, ends, start_logits[starts] + end_logits[ends]
 
 
@@ -67,6 +62,7 @@ def answers(squad: SquadSet, windows: Windows, contexts: list[TokenizedContext],
   """Every question's best answer (and, for v2, its no-answer score) from the windows' outputs
   (a dict of [N, ...] arrays, as the model's predict step returns them)."""
   best, null_odds = {}, {} if v2 else None
+  shift = windows.doc_start - windows.doc_offset  # a window's position -> its context token
   bounds = np.flatnonzero(np.diff(windows.question, prepend=-1, append=len(squad.questions)))
   for first, stop in zip(bounds[:-1], bounds[1:]):
     question = squad.questions[windows.question[first]]
@@ -85,17 +81,10 @@ def answers(squad: SquadSet, windows: Windows, contexts: list[TokenizedContext],
     # sorted() is stable: equal scores keep window, then beam order, as the original's.
     candidates.sort(key=lambda c: c[0], reverse=True)
     context, tokens = squad.contexts[question.context], contexts[question.context]
-    seen, top = set(), None
-    for score, w, start, end in candidates:
-      if len(seen) >= n_best_size:
-        break
-      shift = windows.doc_start[w] - windows.doc_offset[w]
-      text = span_text(context, tokens, start + shift, end + shift)
-      if not text or text in seen:
-        continue
-      seen.add(text)
-      top = top or (text, score)
-    text, score = top or ('empty', 0.0)  # the original's answer when no pair is valid
+    texts = ((span_text(context, tokens, start + shift[w], end + shift[w]), score)
+             for score, w, start, end in candidates)
+    # The best pair's text, passing over empty ones; the original's "empty" when none is left.
+    text, score = next((found for found in texts if found[0]), ('empty', 0.0))
     best[question.qid] = text
     if v2:
       null_odds[question.qid] = null if head == 'electra' else null - score

@@ -58,26 +58,10 @@ def read_sets(config, task: QATask) -> tuple[squad_data.SquadSet, squad_data.Squ
     raise UsageError(f'{task.name} reads the official SQuAD JSON files: pass '
                      '--config.data_dir=DIR (and --config.train_file / --config.dev_file if '
                      f'they are not {task.train_file} and {task.dev_file})')
-  path = lambda name, default: os.path.join(config.data_dir, name or default)
-  train_set = squad_data.read(path(config.train_file, task.train_file), not task.v2,
-                              config.train_articles)
-  dev_set = squad_data.read(path(config.dev_file, task.dev_file), not task.v2,
-                            config.dev_articles)
-  return train_set, dev_set
-
-
-def score(task: QATask, gold: dict, found: squad_predict.Answers, threshold: float) -> dict:
-  if not task.v2:
-    return squad_metrics.evaluate_v1(gold, found.best_non_null)
-  return {**squad_metrics.evaluate_v2(gold, found.best_non_null, found.null_odds, threshold),
-          'threshold': threshold}
-
-
-def output_files(task: QATask, found: squad_predict.Answers, threshold: float) -> dict:
-  files = {'predictions.json': found.predictions(threshold)}
-  if task.v2:
-    files.update({'null_odds.json': found.null_odds, 'best_non_null.json': found.best_non_null})
-  return files
+  read = lambda name, default, articles: squad_data.read(
+      os.path.join(config.data_dir, name or default), not task.v2, articles)
+  return (read(config.train_file, task.train_file, config.train_articles),
+          read(config.dev_file, task.dev_file, config.dev_articles))
 
 
 @run_lock.one_run_per_workdir('fine-tuning run')
@@ -122,8 +106,13 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
                            config.eval_batch_size, compiled.batch_sharding)
     found = squad_predict.answers(dev_set, dev_windows, dev_contexts, outputs, config.head,
                                   task.v2, config.n_best_size, config.max_answer_length)
-    return ({'dev': score(task, gold, found, config.na_threshold)},
-            output_files(task, found, config.na_threshold))
+    threshold = config.na_threshold
+    files = {'predictions.json': found.predictions(threshold)}
+    if not task.v2:
+      return {'dev': squad_metrics.evaluate_v1(gold, found.best_non_null)}, files
+    dev = squad_metrics.evaluate_v2(gold, found.best_non_null, found.null_odds, threshold)
+    return ({'dev': {**dev, 'threshold': threshold}},
+            {**files, 'null_odds.json': found.null_odds, 'best_non_null.json': found.best_non_null})
 
   return loop.run_and_write_seeds(
       config, workdir, start, compiled, total_steps, run_seed, ('dev', 'f1'),

@@ -29,30 +29,24 @@ def read(path: str, max_sentences: int = 0) -> Sentences:
   if not os.path.isfile(path):
     raise UsageError(f"CoNLL file '{path}' does not exist; set --config.data_dir (and "
                      '--config.train_file / --config.eval_file) to the CoNLL-2000 files')
-  words, tags, sentence = [], [], []
+  sentences = [[]]  # (word, tag) pairs; each blank line starts another
   with open(path, encoding='utf-8') as f:
     for number, line in enumerate(f, start=1):
       fields = line.split()
-      if fields and fields[0] == '-DOCSTART-':
-        continue
       if not fields:
-        if sentence:
-          words.append([w for w, _ in sentence])
-          tags.append([t for _, t in sentence])
-          sentence = []
-        continue
-      if len(fields) < 2:
-        raise UsageError(f"'{path}' line {number}: {line.strip()!r} has no tag; CoNLL lines are "
-                         "'WORD POS CHUNK'")
-      sentence.append((fields[0], fields[-1]))
-  if sentence:
-    words.append([w for w, _ in sentence])
-    tags.append([t for _, t in sentence])
-  if not words:
+        sentences.append([])
+      elif fields[0] != '-DOCSTART-':
+        if len(fields) < 2:
+          raise UsageError(f"'{path}' line {number}: {line.strip()!r} has no tag; CoNLL lines "
+                           "are 'WORD POS CHUNK'")
+        sentences[-1].append((fields[0], fields[-1]))
+  sentences = [sentence for sentence in sentences if sentence]
+  if not sentences:
     raise UsageError(f"'{path}' holds no sentences")
   if max_sentences > 0:
-    words, tags = words[:max_sentences], tags[:max_sentences]
-  return Sentences(path, words, tags)
+    sentences = sentences[:max_sentences]
+  return Sentences(path, [[word for word, _ in s] for s in sentences],
+                   [[tag for _, tag in s] for s in sentences])
 
 
 def to_bioes(tags: list[str]) -> list[str]:
@@ -128,11 +122,9 @@ def build(sentences: Sentences, tags: list[list[str]], labels: tuple[str, ...], 
 def predicted_tags(features: Features, predictions: np.ndarray, labels: tuple[str, ...],
                    encoding: str) -> list[list[str]]:
   """BIO tags per sentence from the label ids predicted at every position [N, L]."""
-  result = []
-  for row, first in enumerate(features.first_token):
-    tags = [labels[predictions[row, p]] if p >= 0 else 'O' for p in first]
-    result.append(to_bio(tags) if encoding == 'BIOES' else tags)
-  return result
+  tags = [[labels[predictions[row, p]] if p >= 0 else 'O' for p in first]
+          for row, first in enumerate(features.first_token)]
+  return [to_bio(t) for t in tags] if encoding == 'BIOES' else tags
 
 
 def conlleval_text(sentences: Sentences, predicted: list[list[str]]) -> str:
