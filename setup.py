@@ -24,6 +24,10 @@ setup(
         'gcs': ['gcsfs', 'google-cloud-storage'],
         # The plots of research/transfer_study (python -m research.transfer_study).
         'bench': ['matplotlib>=3.7'],
+        # Corpora as published (docs/data.md): parquet files (pyarrow), .jsonl.zst and .json.zst
+        # (zstandard), hf: datasets (datasets); each imported only where a source needs it.
+        # Tested with pyarrow 26, zstandard 0.25, datasets 5.2.
+        'corpora': ['pyarrow', 'zstandard', 'datasets'],
         # Test-only: the suite (in parallel processes: pytest-xdist, see pytest.ini), and scipy
         # for float64 references of erf and friends (and, with scikit-learn, of the GLUE
         # metrics); torch (CPU) and transformers check the Hugging Face export and import;
@@ -31,9 +35,10 @@ setup(
         # draws the transfer study's plots in its smoke test; libtpu (JAX's TPU backend, matched
         # to the installed jax by the jax[tpu] extra) lets tests/test_aot.py compile the train
         # step for a TPU slice on a CPU host. The CPU tests still run on the CPU: conftest sets
-        # JAX_PLATFORMS=cpu before jax is imported.
+        # JAX_PLATFORMS=cpu before jax is imported. The corpora extra's three packages let
+        # tests/test_corpus_formats.py read parquet, zstd and hf: sources.
         'test': ['pytest>=8', 'pytest-xdist>=3.5', 'scipy>=1.11', 'scikit-learn>=1.3',
                  'torch==2.13.0', 'transformers', 'nbconvert>=7', 'ipykernel>=6', 'matplotlib>=3.7',
-                 'jax[tpu]'],
+                 'jax[tpu]', 'pyarrow', 'zstandard', 'datasets'],
     },
 )

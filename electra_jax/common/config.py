@@ -141,7 +141,10 @@ FIELDS = {
     'data.text_field': Field('text', 'the field of each .jsonl record that holds the document'),
     'data.text_format': Field('auto', "'lines', 'gutenberg', 'wikiextractor', 'wikitext'; 'auto' "
                               'per file'),
-    'data.packing': Field('auto', "'original' (what does not fit is dropped), 'fill' or 'auto'"),
+    'data.packing': Field('auto', "'original' (what does not fit is dropped), 'fill', "
+                          "'documents' (with document_attention) or 'auto'"),
+    'data.document_attention': Field(False, "each token attends only to its own document's "
+                                     "tokens; packs with 'documents' (whole documents, no pairs)"),
     'data.prepared_dir': Field('', "the output of `python -m electra_jax.prepare`; '' = into "
                                'local_dir'),
     'data.local_dir': Field('', "local disk for prepared data; '' = <workdir>/data (gs://: a "
@@ -149,7 +152,11 @@ FIELDS = {
     'data.prepare_workers': Field(0, 'processes that prepare data; 0 = one per CPU core', RATE),
     'data.prefetch_batches': Field(2, 'batches made ahead in a background thread (0 = none)',
                                    RATE),
-    'data.vocab_model': Field('', "a sentencepiece .model or WordPiece vocab.txt; '' = train one"),
+    'data.vocab_model': Field('', "a sentencepiece .model, WordPiece vocab.txt or tokenizer.json "
+                              "(or a directory holding one); '' = train one"),
+    'data.vocab_type': Field('sentencepiece', "what a vocabulary is trained as: 'sentencepiece' "
+                             "(unigram), 'bpe' (byte-level, RoBERTa's) or 'wordpiece' (BERT's)",
+                             ('sentencepiece', 'bpe', 'wordpiece')),
     'data.vocab_sample_sentences': Field(1_000_000, 'lines sampled to train the vocabulary',
                                          COUNT),
     'data.vocab_lowercase': Field(False, "train an uncased vocabulary (ELECTRA's and BERT's are "
@@ -330,6 +337,9 @@ RUN_IDENTITY = ('objective', 'rng_impl', 'embedding_sharing', 'generator_kind', 
                 'generator_init')
 
 
+EXTENDABLE = ('rope_theta', 'local_rope_theta', 'max_position_embeddings')
+
+
 def check_workdir_config(config: ml_collections.ConfigDict, workdir: str):
   """Refuses a workdir whose saved run has a different model, before anything is written there."""
   saved = read_saved(workdir)
@@ -339,7 +349,10 @@ def check_workdir_config(config: ml_collections.ConfigDict, workdir: str):
     if saved[field] != config[field]:
       raise UsageError(f'{workdir} holds a run with {field} {saved[field]!r}, not '
                        f'{config[field]!r}; use a new --workdir or --config.{field}={saved[field]}')
-  changed = {k: (saved.model[k], v) for k, v in config.model.items() if saved.model[k] != v}
+  # A modern run's RoPE bases and declared length shape no tensor: context extension changes them.
+  extendable = EXTENDABLE if config.model.architecture == 'modern' else ()
+  changed = {k: (saved.model[k], v) for k, v in config.model.items()
+             if saved.model[k] != v and k not in extendable}
   if changed:
     detail = ', '.join(f'{k}: saved {old!r}, now {new!r}' for k, (old, new) in changed.items())
     raise UsageError(f'{workdir} holds a run of a different model ({detail}); use a new '
@@ -527,3 +540,11 @@ def validate(config: ml_collections.ConfigDict, num_devices: int):
   if sum(map(bool, (data.train_files, data.sources, data.prepared_dir))) > 1:
     raise UsageError('set only one of config.data.train_files, data.sources and '
                      'data.prepared_dir: they all name the training data')
+  if (data.document_attention and data.packing not in ('auto', 'documents')) or (
+      data.packing == 'documents' and not data.document_attention):
+    raise UsageError(f"config.data.packing={data.packing!r} with document_attention="
+                     f"{data.document_attention}: packing 'documents' (or 'auto') keeps the "
+                     'document ids that document_attention reads; set both or neither')
+  if data.vocab_model and data.vocab_type != 'sentencepiece':
+    raise UsageError(f'config.data.vocab_type={data.vocab_type!r} trains a vocabulary, and '
+                     f"data.vocab_model='{data.vocab_model}' names one to use; drop one of them")

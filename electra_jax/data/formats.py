@@ -1,4 +1,5 @@
-"""Corpus file formats (docs/data.md): documents, their sentences, and 'auto' detection.
+"""Corpus file formats (docs/data.md): text files' documents, their sentences and 'auto'
+detection; and files of records (JSON lines, parquet), one document in each record's text field.
 
 A book without its START or END line is refused (its header or license would be trained on as
 text), and so is text outside <doc> ... </doc>. A <doc> without </doc> is kept as if closed and
@@ -9,9 +10,10 @@ text, and refusing it would drop thousands of good articles over one line.
 import collections
 from collections.abc import Callable, Iterable, Iterator
 import functools
+import importlib
+import json
 import os
 import re
-import zlib
 
 from absl import logging
 
@@ -19,6 +21,12 @@ from electra_jax.data import text
 from electra_jax.common.errors import UsageError
 
 FORMATS = ('lines', 'gutenberg', 'wikiextractor', 'wikitext')
+# JSON lines, also as Dolma (.json.gz), DCLM, the Pile and RedPajama (.jsonl.zst) publish them.
+_JSONL = re.compile(r'\.jsonl(\.gz|\.zst)?$|\.json\.(gz|zst)$')
+# A JSON record may hold a whole book (a dictionary or a collected works runs to tens of MB), so
+# its line may be longer than a text file's (text.MAX_LINE_BYTES).
+MAX_RECORD_BYTES = 256 << 20
+_ROWS_PER_READ = 1024  # Parquet rows in memory at a time.
 _HEAD_BYTES = 8192  # Read to detect a format: a Gutenberg header is 1-2 KB.
 
 _START = re.compile(r'\*{3}\s*START OF\b', re.IGNORECASE)
@@ -202,12 +210,7 @@ def byte_ranges(path: str, text_format: str, unit_bytes: int) -> list[tuple[int,
 
 
 def _head_lines(path: str) -> list[str]:
-  with text.open_binary(path) as f:
-    try:
-      head = f.read(_HEAD_BYTES)
-    except (OSError, EOFError, zlib.error) as e:  # A .gz file damaged near its start.
-      raise UsageError(f"cannot read '{path}' at its start ({e}); the file is damaged or "
-                       'truncated: restore it or leave it out') from None
+  head = text.read_head(path, _HEAD_BYTES)
   return [line.decode('utf-8', 'replace').strip() for line in
           head.removeprefix(b'\xef\xbb\xbf').splitlines()]  # Endings as text.py reads them.
 
@@ -242,3 +245,102 @@ def file_format(path: str, text_format: str) -> str:
     return text_format
   stat = os.stat(path)
   return _detected(path, stat.st_size, stat.st_mtime_ns)[0]
+
+
+# Records: a JSON lines or parquet file holds one document per record, in its text field.
+
+
+def is_jsonl(path: str) -> bool:
+  return bool(_JSONL.search(path))
+
+
+def checked_text(value, field: str, where: str) -> str:
+  """`value` if it is text; else one error naming the field and `where` (the record, the row)."""
+  if not isinstance(value, str):
+    kind = 'null' if value is None else type(value).__name__
+    raise UsageError(f"field '{field}' of {where} is {kind}, not text; set "
+                     '--config.data.text_field to the field with the text')
+  return value
+
+
+def check_text_column(where: str, field: str, columns: list[str], kind, is_text: bool) -> None:
+  """Refuses a table (parquet, a dataset) whose column `field` is missing or not of strings."""
+  if field not in columns:
+    raise UsageError(f"{where} has no column '{field}' (its columns: {', '.join(columns)}); set "
+                     '--config.data.text_field to the column with the text')
+  if not is_text:
+    raise UsageError(f"column '{field}' of {where} holds {kind}, not text (its columns: "
+                     f"{', '.join(columns)}); set --config.data.text_field to the column with "
+                     'the text')
+
+
+def _text_of_record(record: str, path: str, field: str, offset: int) -> str:
+  try:
+    value = json.loads(record)[field]
+  except json.JSONDecodeError as e:
+    raise UsageError(f"'{path}' holds a line that is not JSON at byte offset {offset} ({e.msg}); "
+                     'a .jsonl file needs one JSON object per line') from None
+  except (KeyError, TypeError):
+    raise UsageError(f"'{path}' holds a record without a string field '{field}' at byte offset "
+                     f'{offset}; set --config.data.text_field to the field with the text') from None
+  return checked_text(value, field, f"the record at byte offset {offset} of '{path}'")
+
+
+def jsonl_texts(path: str, field: str, start: int = 0, stop: int | None = None) -> Iterator[str]:
+  """The text field of each record of a JSON lines file's byte range [start, stop)."""
+  for offset, line in text.read_lines_at(path, start, stop, MAX_RECORD_BYTES):
+    if line:
+      yield _text_of_record(line, path, field, offset)
+
+
+def _pyarrow(path: str):
+  """pyarrow, its parquet reader loaded: an optional package, imported only where one is read."""
+  pyarrow = text.optional_module('pyarrow', f"reading '{path}'")
+  importlib.import_module('pyarrow.parquet')
+  return pyarrow
+
+
+def _parquet_file(path: str):
+  pyarrow = _pyarrow(path)
+  try:
+    return pyarrow.parquet.ParquetFile(path)
+  except (pyarrow.ArrowException, OSError) as e:
+    raise UsageError(f"cannot read '{path}' as parquet ({e}); the file is damaged or not "
+                     'parquet: restore it or leave it out') from None
+
+
+def row_group_ranges(path: str, field: str, unit_bytes: int) -> list[tuple[int, int]]:
+  """A parquet file's row groups as ranges [first, end) of about `unit_bytes` of text each."""
+  file, types = _parquet_file(path), _pyarrow(path).types
+  schema, metadata = file.schema_arrow, file.metadata
+  kind = schema.field(field).type if field in schema.names else None
+  check_text_column(f"'{path}'", field, schema.names, kind,
+                    kind is not None and (types.is_string(kind) or types.is_large_string(kind)))
+  column = [metadata.schema.column(j).path for j in range(metadata.num_columns)].index(field)
+  ranges, first, held = [], 0, 0
+  for group in range(metadata.num_row_groups):
+    held += metadata.row_group(group).column(column).total_uncompressed_size
+    if held >= unit_bytes:
+      ranges.append((first, group + 1))
+      first, held = group + 1, 0
+  if first < metadata.num_row_groups or not ranges:  # A file without rows is one empty unit.
+    ranges.append((first, metadata.num_row_groups))
+  return ranges
+
+
+def parquet_texts(path: str, field: str, first: int, end: int) -> Iterator[str]:
+  """The column `field` of a parquet file's row groups [first, end), _ROWS_PER_READ at a time."""
+  file, damage = _parquet_file(path), (_pyarrow(path).ArrowException, OSError)
+  row = sum(file.metadata.row_group(g).num_rows for g in range(first))
+  batches = file.iter_batches(_ROWS_PER_READ, row_groups=range(first, end), columns=[field])
+  while True:
+    try:
+      batch = next(batches, None)
+    except damage as e:
+      raise UsageError(f"cannot read '{path}' after row {row} ({e}); the file is damaged: "
+                       'restore it or leave it out') from None
+    if batch is None:
+      return
+    for value in batch.column(0).to_pylist():
+      yield checked_text(value, field, f"row {row} of '{path}'")
+      row += 1

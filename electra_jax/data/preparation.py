@@ -29,7 +29,7 @@ from electra_jax.data import packing, sources as sources_lib, store, vocab as vo
 _LINES_PER_ENCODE = 4096  # Lines tokenized per call (sentencepiece encodes a batch in C++).
 SPLITS = ('train', 'eval')
 # A vocabulary's files: sentencepiece's model and its piece list, or a WordPiece vocab.txt.
-VOCAB_FILES = ('vocab.model', 'vocab.vocab', 'vocab.txt')
+VOCAB_FILES = ('vocab.model', 'vocab.vocab', 'vocab.txt', 'tokenizer.json')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,10 +110,11 @@ def _run(tasks: Sequence[_Task], workers: int) -> Iterator[tuple[int, dict]]:
 
 
 def _files_without_text(tasks: Sequence[_Task], results: Sequence[dict]) -> list[str]:
-  """The text and .jsonl files none of whose units held a document, in corpus order."""
+  """The text, JSON lines and parquet files none of whose units held a document, in corpus
+  order."""
   documents = collections.Counter()
   for task, result in zip(tasks, results):
-    if task.unit.kind in ('text', 'jsonl'):
+    if task.unit.kind in ('text', 'jsonl', 'parquet'):
       documents[task.unit.path] += result['counts']['documents']
   return [path for path, count in documents.items() if not count]
 
@@ -223,6 +224,8 @@ def prepare_split(sources: Sequence[sources_lib.Source],
         'format': store.FORMAT, 'key': key, 'vocab_sha256': vocab_sha256,
         'vocab_size': vocab.size, 'max_seq_length': max_seq_length, 'seed': seed,
         'ids_dtype': ids_dtype, 'counts': counts,
+        # The segment ids are document ids (packing 'documents', data.document_attention).
+        'documents': all(task.unit.packing == 'documents' for task in tasks),
         'sources': [{'spec': s.spec, 'weight': s.weight, 'examples': int(n)}
                     for s, n in zip(sources, source_examples)],
         'shards': [r['entry'] for r in results]}
@@ -250,14 +253,17 @@ def resolve(sources: Sequence[sources_lib.Source], *, tfds_data_dir: str = '',
 
 def train_vocab(sources: Sequence[sources_lib.Source], vocab_size: int, out_prefix: str, *,
                 tfds_data_dir: str = '', text_field: str = 'text', max_sentences: int = 1_000_000,
-                seed: int = 0, lowercase: bool = False) -> vocab_lib.Vocab:
-  """A sentencepiece vocabulary trained on a bounded random sample of the sources' lines."""
+                seed: int = 0, lowercase: bool = False,
+                vocab_type: str = 'sentencepiece') -> vocab_lib.AnyVocab:
+  """A vocabulary of `vocab_type` (vocab_lib.trained_files) trained on a bounded random sample
+  of the sources' lines."""
   vocab_lib.check_sample_size(max_sentences)
   units = resolve(sources, tfds_data_dir=tfds_data_dir, text_field=text_field)
   sample = sources_lib.sample_lines([u for source_units in units for u in source_units],
                                     max_sentences, seed)
   return vocab_lib.train_vocab_on_sentences(sample, vocab_size, out_prefix,
-                                            sources_lib.describe(sources), lowercase=lowercase)
+                                            sources_lib.describe(sources), lowercase=lowercase,
+                                            vocab_type=vocab_type)
 
 
 def preparation_key(sources, units, vocab, max_seq_length: int, seed: int,
@@ -307,12 +313,12 @@ def ensure_prepared(sources: Sequence[sources_lib.Source], vocab, out_dir: str, 
 
 def _dataset_vocab(config, out: str, stage: str, train_sources, overwrite: bool):
   """`out`'s vocabulary, or a new one in `stage`: data.vocab_model's, or one trained."""
-  given = config.data.vocab_model
-  existing = [p for p in (os.path.join(out, n) for n in ('vocab.model', 'vocab.txt'))
+  given = vocab_lib.vocab_file(config.data.vocab_model)
+  existing = [p for p in (os.path.join(out, n) for n in vocab_lib.VOCAB_NAMES)
               if os.path.exists(p)]
   if given:
     vocab = vocab_lib.load_vocab(given)
-    name = 'vocab.txt' if given.endswith('.txt') else 'vocab.model'
+    name = vocab_lib.vocab_name(given)
     if existing and existing[0] == os.path.join(out, name) and vocab_lib.vocab_fingerprint(
         vocab_lib.load_vocab(existing[0])) == vocab_lib.vocab_fingerprint(vocab):
       return vocab_lib.load_vocab(existing[0])
@@ -324,12 +330,13 @@ def _dataset_vocab(config, out: str, stage: str, train_sources, overwrite: bool)
   if existing and not overwrite:
     vocab = vocab_lib.load_vocab(existing[0])
     vocab_lib.check_casing(vocab, config.data.vocab_lowercase)
+    vocab_lib.check_type(vocab, config.data.vocab_type)
     return vocab
   return train_vocab(
       train_sources, config.model.vocab_size, os.path.join(stage, 'vocab'),
       tfds_data_dir=config.data.tfds_data_dir, text_field=config.data.text_field,
       max_sentences=config.data.vocab_sample_sentences, seed=config.seed,
-      lowercase=config.data.vocab_lowercase)
+      lowercase=config.data.vocab_lowercase, vocab_type=config.data.vocab_type)
 
 
 def _move_stage_into(stage: str, out: str) -> None:

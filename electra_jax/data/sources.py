@@ -1,9 +1,11 @@
-"""Corpus sources (data.sources: tfds:NAME..., text and .jsonl paths or globs, each @WEIGHT or
-none; docs/data.md) cut into units of work.
+"""Corpus sources (data.sources: tfds:NAME..., hf:NAME..., paths or globs of text, JSON lines and
+parquet files, each @WEIGHT or none; docs/data.md) cut into units of work.
 
 A unit is what one worker tokenizes and packs into one shard: a ~64 MB byte range of a text
-file (cut between documents), a whole book or .gz file, or a range of a TFDS split, with its
-format and packing. The units, and so the example ids, never depend on the number of workers.
+file (cut between documents), a whole book or compressed (.gz, .zst) file, ~64 MB of a parquet
+file's row groups, a range of a TFDS split or of a saved Hugging Face dataset, or one shard of a
+streamed one, with its format and packing. The units, and so the example ids, never depend on the
+number of workers.
 """
 
 import collections
@@ -11,7 +13,6 @@ from collections.abc import Iterator, Sequence
 import dataclasses
 import functools
 import importlib
-import json
 import os
 import re
 import struct
@@ -24,14 +25,12 @@ from electra_jax.data import vocab as vocab_lib
 from electra_jax.common.errors import UsageError
 
 UNIT_BYTES = 64 << 20  # Text per unit of work (and per shard) when a file can be cut.
-# A .jsonl record may hold a whole book (a dictionary or a collected works runs to tens of MB),
-# so its line may be longer than a text file's (text.MAX_LINE_BYTES).
-MAX_RECORD_BYTES = 256 << 20
 TEXT_FORMATS = ('auto', *formats.FORMATS)
-PACKINGS = ('auto', 'original', 'fill')
+PACKINGS = ('auto', 'original', 'fill', 'documents')
 # Vocabulary sampling stops reading once it has seen this many times the lines it keeps.
 _SAMPLE_OVERREAD = 10
 
+_HF_SPEC = re.compile(r'hf:(?P<name>[^:]+)(?::(?P<split>[\w.-]+))?$')
 _TFDS_SPEC = re.compile(r'''
     tfds:(?P<name>[\w.-]+(?:/[\w.=-]+)?)                   # name or name/config
     (?::(?P<version>\d+\.\d+\.\d+))?                       # version, as TFDS writes it
@@ -47,7 +46,8 @@ class Source:
   weight: float | None        # mixture weight; None when the sources are simply concatenated
   setting: str = 'data.sources'  # the config field it came from, for messages
   tfds_name: str = ''         # for tfds: NAME[/CONFIG][:VERSION]
-  split: str = ''
+  hf_name: str = ''           # for hf: PATH, or a Hub dataset's OWNER/NAME[/CONFIG]
+  split: str = ''             # tfds: the split; hf: the split, '' = the default
   feature: str = ''
   text_format: str = 'auto'   # data.text_format: how text files are read
   packing: str = 'auto'       # data.packing: how documents become examples
@@ -56,12 +56,15 @@ class Source:
 @dataclasses.dataclass(frozen=True)
 class Unit:
   """A stretch of one source's documents that one worker reads (picklable for the workers)."""
-  kind: str                   # 'text', 'jsonl', 'tfds' (random-access split) or 'tfrecord'
-  path: str                   # the file; for 'tfds' and 'tfrecord' the dataset name
-  start: int = 0              # byte offset, or first record
-  stop: int | None = None     # end offset or record (exclusive); None = to the end
-  split: str = ''             # tfds: the split
-  field: str = ''             # jsonl: the JSON field; tfds: the feature
+  # 'text', 'jsonl', 'parquet', 'tfds' (random-access split), 'tfrecord', 'hf_rows' (a saved
+  # dataset) or 'hf_shard' (a streamed one)
+  kind: str
+  path: str                   # the file; tfds: the dataset name; hf: its path or Hub name
+  start: int = 0              # byte offset, first record or row group, or the shard
+  stop: int | None = None     # end offset, record or row group (exclusive); None = to the end
+  split: str = ''             # tfds and hf: the split
+  field: str = ''             # jsonl, parquet and hf: the text field; tfds: the feature
+  config: str = ''            # hf: the Hub dataset's config
   data_dir: str = ''          # tfds: the data_dir ('' = TFDS's default)
   file: str = ''              # tfrecord: the TFRecord file
   text_format: str = 'lines'  # text: the file's format (formats.FORMATS), never 'auto'
@@ -92,6 +95,13 @@ def parse_sources(value: str, setting: str = 'data.sources', *, text_format: str
     if not item:
       continue
     spec, weight = _parse_weight(item, setting)
+    if spec.startswith('hf:'):
+      if not (match := _HF_SPEC.match(spec)):
+        raise UsageError(f"cannot parse '{spec}' in {setting}; write hf:NAME_OR_PATH[/CONFIG]"
+                         '[:SPLIT], e.g. hf:HuggingFaceFW/fineweb/sample-10BT:train')
+      sources.append(Source(spec=spec, weight=weight, hf_name=match['name'],
+                            split=match['split'] or '', **how))
+      continue
     if not spec.startswith('tfds:'):
       sources.append(Source(spec=spec, weight=weight, **how))
       continue
@@ -103,8 +113,8 @@ def parse_sources(value: str, setting: str = 'data.sources', *, text_format: str
     sources.append(Source(spec=spec, weight=weight, tfds_name=name, split=match['split'] or
                           'train', feature=match['feature'] or 'text', **how))
   if not sources:
-    raise UsageError(f'{setting} names no source; pass --config.{setting}=PATH_OR_GLOB or '
-                     'tfds:NAME')
+    raise UsageError(f'{setting} names no source; pass --config.{setting}=PATH_OR_GLOB, '
+                     'tfds:NAME or hf:NAME_OR_PATH')
   weighted = [s.weight is not None for s in sources]
   if any(weighted) and not all(weighted):
     raise UsageError(f'{setting} gives weights to some sources but not to others; give every '
@@ -128,7 +138,9 @@ def from_config(data_config, split: str) -> list[Source] | None:
   files_field = f'{split}_files'
   sources_field = 'sources' if split == 'train' else 'eval_sources'
   files, specs = data_config[files_field], data_config[sources_field]
-  how = {'text_format': data_config['text_format'], 'packing': data_config['packing']}
+  documents = data_config['document_attention'] and data_config['packing'] == 'auto'
+  how = {'text_format': data_config['text_format'],
+         'packing': 'documents' if documents else data_config['packing']}
   if files and specs:
     raise UsageError(f'set config.data.{files_field} or data.{sources_field}, not both')
   if specs:
@@ -138,10 +150,6 @@ def from_config(data_config, split: str) -> list[Source] | None:
     return [Source(spec=p.strip(), weight=None, setting=f'data.{files_field}', **how)
             for p in files.split(',') if p.strip()]
   return None
-
-
-def _is_jsonl(path: str) -> bool:
-  return path.removesuffix('.gz').endswith('.jsonl')
 
 
 def _packing(source: Source, text_format: str) -> str:
@@ -154,10 +162,15 @@ def _packing(source: Source, text_format: str) -> str:
 def _file_units(source: Source, text_field: str, unit_bytes: int) -> list[Unit]:
   units = []
   for path in text.resolve_files(source.spec, setting=source.setting):
-    if _is_jsonl(path):
+    if formats.is_jsonl(path):
       units += [Unit(kind='jsonl', path=path, start=start, stop=stop, field=text_field,
                      packing=_packing(source, 'lines'))
                 for start, stop in text.line_ranges(path, unit_bytes)]
+      continue
+    if path.endswith('.parquet'):
+      units += [Unit(kind='parquet', path=path, start=start, stop=stop, field=text_field,
+                     packing=_packing(source, 'lines'))
+                for start, stop in formats.row_group_ranges(path, text_field, unit_bytes)]
       continue
     text_format = formats.file_format(path, source.text_format)
     units += [Unit(kind='text', path=path, start=start, stop=stop, text_format=text_format,
@@ -169,6 +182,8 @@ def _file_units(source: Source, text_field: str, unit_bytes: int) -> list[Unit]:
 def source_units(source: Source, *, tfds_data_dir: str = '', text_field: str = 'text',
                  unit_bytes: int = UNIT_BYTES) -> list[Unit]:
   """The units of work of one source, in corpus order."""
+  if source.hf_name:
+    return _hf_units(source, text_field, unit_bytes)
   if not source.tfds_name:
     return _file_units(source, text_field, unit_bytes)
   return [Unit(kind=kind, path=source.tfds_name, start=start, stop=stop, split=source.split,
@@ -178,32 +193,9 @@ def source_units(source: Source, *, tfds_data_dir: str = '', text_field: str = '
               source.tfds_name, source.split, source.feature, tfds_data_dir, unit_bytes)]
 
 
-def _text_of_record(record: str, path: str, field: str, offset: int) -> str:
-  try:
-    value = json.loads(record)[field]
-  except json.JSONDecodeError as e:
-    raise UsageError(f"'{path}' holds a line that is not JSON at byte offset {offset} ({e.msg}); "
-                     'a .jsonl file needs one JSON object per line') from None
-  except (KeyError, TypeError):
-    raise UsageError(f"'{path}' holds a record without a string field '{field}' at byte offset "
-                     f'{offset}; set --config.data.text_field to the field with the text') from None
-  if not isinstance(value, str):
-    raise UsageError(f"field '{field}' of the record at byte offset {offset} of '{path}' is "
-                     f'{type(value).__name__}, not text; set --config.data.text_field')
-  return value
-
-
 def text_to_document(body: str) -> list[str]:
-  """A document's non-empty stripped lines (a JSON or TFDS text holds a whole document)."""
+  """A document's non-empty stripped lines (a record's text holds a whole document)."""
   return [line for line in (raw.strip() for raw in body.splitlines()) if line]
-
-
-def _jsonl_documents(unit: Unit) -> Iterator[list[str]]:
-  for offset, line in text.read_lines_at(unit.path, unit.start, unit.stop, MAX_RECORD_BYTES):
-    if line:
-      document = text_to_document(_text_of_record(line, unit.path, unit.field, offset))
-      if document:
-        yield document
 
 
 def read_unit(unit: Unit, notes: collections.Counter | None = None) -> Iterator[list[str]]:
@@ -214,9 +206,14 @@ def read_unit(unit: Unit, notes: collections.Counter | None = None) -> Iterator[
   if unit.kind == 'text':
     return formats.read_documents(unit.path, unit.text_format, unit.start, unit.stop, notes)
   if unit.kind == 'jsonl':
-    return _jsonl_documents(unit)
-  texts = tfds_texts(unit.kind, unit.path, unit.file, unit.split, unit.field,
-                                 unit.data_dir, unit.start, unit.stop)
+    texts = formats.jsonl_texts(unit.path, unit.field, unit.start, unit.stop)
+  elif unit.kind == 'parquet':
+    texts = formats.parquet_texts(unit.path, unit.field, unit.start, unit.stop)
+  elif unit.kind.startswith('hf_'):
+    texts = hf_texts(unit)
+  else:
+    texts = tfds_texts(unit.kind, unit.path, unit.file, unit.split, unit.field, unit.data_dir,
+                       unit.start, unit.stop)
   return (document for document in map(text_to_document, texts) if document)
 
 
@@ -233,12 +230,20 @@ def identity(source: Source, units: Sequence[Unit]) -> dict:
   if source.tfds_name:
     record['tfds'] = tfds_identity(source.tfds_name, source.split, units[0].data_dir)
     return record | _reading(units[0])
-  record['files'] = []
-  for unit in {u.path: u for u in units}.values():  # Each file once, in order.
-    stat = os.stat(unit.path)
-    record['files'].append({'path': os.path.abspath(unit.path), 'bytes': stat.st_size,
-                            'mtime_ns': stat.st_mtime_ns, **_reading(unit)})
+  if source.hf_name:
+    record['hf'] = hf_identity(units[0])
+    return record | _reading(units[0])
+  record['files'] = [_file_identity(unit.path) | _reading(unit)
+                     for unit in {u.path: u for u in units}.values()]  # Each file once, in order.
   return record
+
+
+def _file_identity(path: str) -> dict:
+  """A file's path, size and modification time; a remote one (hf://...@REVISION/...) its URL."""
+  if '://' in path:
+    return {'path': path}
+  stat = os.stat(path)
+  return {'path': os.path.abspath(path), 'bytes': stat.st_size, 'mtime_ns': stat.st_mtime_ns}
 
 
 def describe(sources: Sequence[Source]) -> str:
@@ -457,3 +462,128 @@ def tfds_records(name: str, split: str, data_dir: str) -> Iterator[dict]:
   for _, file, start, stop in _tfrecord_units(name, split, data_dir):
     for raw in _tfrecords(file, start, stop):
       yield features.deserialize_example_np(raw)
+
+
+# Hugging Face datasets (hf:NAME_OR_PATH[/CONFIG][:SPLIT]), read through the `datasets` library,
+# an optional package. A directory written by save_to_disk is memory-mapped arrow, cut into row
+# ranges; a folder of data files or a Hub dataset is streamed, one unit per shard (a data file),
+# so a Hub dataset needs the network but no disk for a copy.
+
+_SAVED = ('state.json', 'dataset_dict.json')  # What save_to_disk writes: a Dataset, a dict.
+
+
+def _datasets(name: str):
+  return text.optional_module('datasets', f'reading hf:{name}')
+
+
+def _first_line(error: Exception) -> str:
+  return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def _hf_location(name: str) -> tuple[str, str, str]:
+  """(unit kind, path or Hub name, config) of an hf: source: a local directory, or OWNER/NAME
+  and the rest of the name as the config."""
+  path = os.path.expanduser(name)
+  if os.path.isdir(path):
+    saved = any(os.path.exists(os.path.join(path, f)) for f in _SAVED)
+    return ('hf_rows' if saved else 'hf_shard'), path, ''
+  if name.startswith(('/', '.', '~')):
+    raise UsageError(f'hf:{name} names no directory; check the path (a dataset saved with '
+                     'save_to_disk, or a folder of parquet or JSON lines files)')
+  parts = name.split('/')
+  return 'hf_shard', '/'.join(parts[:2]), '/'.join(parts[2:])
+
+
+def _hf_saved(path: str, split: str):
+  """The dataset saved in `path`: a DatasetDict's `split` ('' = train), or the one Dataset."""
+  datasets = _datasets(path)
+  try:
+    saved = datasets.load_from_disk(path)
+  except (OSError, ValueError) as e:
+    raise UsageError(f'cannot load hf:{path} with datasets.load_from_disk ({_first_line(e)}); '
+                     'restore the directory or save the dataset again') from None
+  if isinstance(saved, datasets.DatasetDict):
+    if (split or 'train') not in saved:
+      raise UsageError(f"hf:{path} has no split '{split or 'train'}' (its splits: "
+                       f"{', '.join(saved)}); name one as hf:{path}:SPLIT")
+    return saved[split or 'train']
+  if split:
+    raise UsageError(f"hf:{path} is one dataset saved without splits; drop ':{split}'")
+  return saved
+
+
+def _hf_streamed(name: str, config: str, split: str):
+  """(the split streamed, its data files) of a folder of data files or a Hub dataset: what
+  datasets.load_dataset(name, config, split=split, streaming=True) does, with the files."""
+  datasets = _datasets(name)
+  try:
+    builder = datasets.load_dataset_builder(name, config or None)
+    stream = builder.as_streaming_dataset(split=split or 'train')
+  except (OSError, ValueError) as e:  # No network (ConnectionError), no such dataset or split.
+    where = f'hf:{name}' + (f'/{config}' if config else '')
+    raise UsageError(f'cannot load {where} with datasets ({_first_line(e)}); check the name, '
+                     'config and split, and for a Hub dataset the network (it is streamed from '
+                     'the Hub)') from None
+  return stream, list((builder.config.data_files or {}).get(split or 'train', []))
+
+
+# Each resolution of a Hub name asks the Hub: once per process. A local directory is read anew
+# (in milliseconds), so a long-lived process sees its files change.
+_hub_streamed = functools.lru_cache(maxsize=None)(_hf_streamed)
+
+
+def _streamed(name: str, config: str, split: str):
+  return (_hf_streamed if os.path.isdir(name) else _hub_streamed)(name, config, split)
+
+
+def _check_hf_column(where: str, features, field: str) -> None:
+  if features is not None:  # A streamed dataset may know its columns only once read.
+    kind = features.get(field)
+    formats.check_text_column(where, field, list(features), kind,
+                              getattr(kind, 'dtype', None) in ('string', 'large_string'))
+
+
+def _hf_units(source: Source, field: str, unit_bytes: int) -> list[Unit]:
+  """Row ranges of about `unit_bytes` of text of a saved dataset, or a streamed one's shards."""
+  kind, path, config = _hf_location(source.hf_name)
+  unit = functools.partial(Unit, kind=kind, path=path, config=config, split=source.split,
+                           field=field, packing=_packing(source, 'lines'))
+  if kind == 'hf_shard':
+    stream, _ = _streamed(path, config, source.split)
+    _check_hf_column(f'hf:{source.hf_name}', stream.features, field)
+    return [unit(start=shard, stop=shard + 1) for shard in range(stream.num_shards)] or [
+        unit(start=0, stop=0)]
+  dataset = _hf_saved(path, source.split)
+  _check_hf_column(f'hf:{source.hf_name}', dataset.features, field)
+  rows = max(1, unit_bytes * len(dataset) // max(1, dataset.data.column(field).nbytes))
+  return [unit(start=start, stop=min(start + rows, len(dataset)))
+          for start in range(0, len(dataset), rows)] or [unit(start=0, stop=0)]
+
+
+def hf_texts(unit: Unit) -> Iterator[str]:
+  """The text of a unit's rows: a row range of a saved dataset, or a streamed shard."""
+  name = f'hf:{unit.path}' + (f':{unit.split}' if unit.split else '')
+  if unit.kind == 'hf_rows':  # save_to_disk writes the rows a selection holds: the table is them.
+    column = _hf_saved(unit.path, unit.split).data.column(unit.field)
+    for first in range(unit.start, unit.stop, _READ_CHUNK):
+      values = column.slice(first, min(_READ_CHUNK, unit.stop - first)).to_pylist()
+      for row, value in enumerate(values, start=first):
+        yield formats.checked_text(value, unit.field, f'row {row} of {name}')
+    return
+  stream, _ = _streamed(unit.path, unit.config, unit.split)
+  if unit.stop > unit.start:  # A dataset without shards has one empty unit.
+    shard = stream.shard(num_shards=stream.num_shards, index=unit.start, contiguous=True)
+    for row, record in enumerate(shard):
+      yield formats.checked_text(record.get(unit.field), unit.field,
+                                 f'row {row} of shard {unit.start} of {name}')
+
+
+def hf_identity(unit: Unit) -> dict:
+  """What identifies an hf: source's content: name, config, split and data files (a Hub
+  dataset's file URLs name the revision they were resolved at)."""
+  if unit.kind == 'hf_rows':
+    files = [f['filename'] for f in _hf_saved(unit.path, unit.split).cache_files]
+  else:
+    files = _streamed(unit.path, unit.config, unit.split)[1]
+  return {'name': unit.path, 'config': unit.config, 'split': unit.split,
+          'files': [_file_identity(f) for f in files]}

@@ -112,21 +112,30 @@ def _zstd_blocks(f, zstandard) -> Iterator[bytes]:
     raise EOFError('the file ends inside a zstd frame')
 
 
-def read_blocks(path: str, start: int = 0, size: int = _BLOCK_BYTES) -> Iterator[bytes]:
-  """A corpus file's bytes from `start` in blocks (of about `size` bytes), decompressed where its
-  name ends in .gz or .zst (read from the start). Damage is refused naming how far it read."""
+def _open_blocks(path: str, start: int, size: int):
+  """(the open file, its bytes from `start` in blocks of about `size`, decompressed where its
+  name ends in .gz or .zst (read from the start), the errors that mean the file is damaged)."""
+  zstandard = optional_module('zstandard', f"reading '{path}'") if path.endswith('.zst') else None
   try:
     f = gzip.open(path, 'rb') if path.endswith('.gz') else open(path, 'rb')
   except OSError as e:
     raise UsageError(
         f"cannot read '{path}': {e.strerror}; check the path and its permissions") from None
   damage = (OSError, EOFError, zlib.error)  # gzip.BadGzipFile is an OSError
-  if path.endswith('.zst'):
-    zstandard = optional_module('zstandard', f"reading '{path}'")
-    blocks, damage = _zstd_blocks(f, zstandard), (*damage, zstandard.ZstdError)
-  else:
-    f.seek(start)
-    blocks = iter(functools.partial(f.read, size), b'')
+  if zstandard:
+    return f, _zstd_blocks(f, zstandard), (*damage, zstandard.ZstdError)
+  f.seek(start)
+  return f, iter(functools.partial(f.read, size), b''), damage
+
+
+def _damaged(path: str, where: str, error: Exception) -> UsageError:
+  return UsageError(f"cannot read '{path}' {where} ({error}); the file is damaged or truncated: "
+                    'restore it or leave it out')
+
+
+def read_blocks(path: str, start: int = 0) -> Iterator[bytes]:
+  """A corpus file's bytes from `start` in blocks, decompressed (.gz, .zst: from the start)."""
+  f, blocks, damage = _open_blocks(path, start, _BLOCK_BYTES)
   done = start  # Bytes read (decompressed) so far.
   with f:
     try:
@@ -134,18 +143,28 @@ def read_blocks(path: str, start: int = 0, size: int = _BLOCK_BYTES) -> Iterator
         yield block
         done += len(block)
     except damage as e:
-      where = f'after byte {done}' if done else 'at its start'
-      raise UsageError(f"cannot read '{path}' {where} ({e}); the file is damaged or truncated: "
-                       'restore it or leave it out') from None
+      # gzip's position counts what it decoded before the damage; a .zst file's is compressed.
+      where = done if path.endswith('.zst') else _position(f, done)
+      raise _damaged(path, f'after byte {where}' if where else 'at its start', e) from None
+
+
+def _position(f, fallback: int) -> int:
+  try:
+    return f.tell()
+  except (OSError, ValueError):
+    return fallback
 
 
 def read_head(path: str, size: int) -> bytes:
   """The first `size` (decompressed) bytes of a corpus file, or all of a shorter one."""
+  f, blocks, damage = _open_blocks(path, 0, size)
   head = b''
-  for block in read_blocks(path, size=size):
-    head += block
-    if len(head) >= size:
-      break
+  with f:
+    try:
+      while len(head) < size and (block := next(blocks, b'')):
+        head += block
+    except damage as e:
+      raise _damaged(path, 'at its start', e) from None
   return head[:size]
 
 

@@ -1,9 +1,12 @@
-"""The vocabulary: SentencePiece (trained here on the corpus) or BERT's WordPiece vocab.txt.
+"""The vocabulary: SentencePiece (trained here on the corpus), BERT's WordPiece vocab.txt, or a
+Hugging Face tokenizer.json (given, or a byte-level BPE or WordPiece one trained here).
 
 Ids 0-4 of a sentencepiece model are [PAD], [UNK], [CLS], [SEP], [MASK], the last three control
 symbols that sentencepiece never produces from text, so a corpus holding "[MASK]" cannot forge a
 mask. A vocab.txt keeps the ids of Google's released checkpoints; Hugging Face's `tokenizers`
-encodes it, as transformers does, so ids agree with theirs by construction.
+encodes it, as transformers does, so ids agree with theirs by construction. A tokenizer.json is
+encoded by `tokenizers` too, its special tokens found by their role whatever they are called, and
+their text in the input read as plain text, as the other kinds read it.
 """
 
 from collections.abc import Iterable, Sequence
@@ -21,7 +24,7 @@ import numpy as np
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2
 import tokenizers
-from tokenizers import decoders, normalizers, pre_tokenizers
+from tokenizers import decoders, normalizers, pre_tokenizers, processors, trainers
 
 from electra_jax.data import text
 from electra_jax.common.errors import UsageError
@@ -29,6 +32,9 @@ from electra_jax.common.errors import UsageError
 T = TypeVar('T')
 
 SPECIAL_PIECES = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
+TOKENIZER_JSON = 'tokenizer.json'
+# What a workdir or prepared directory keeps its vocabulary in, one of them by kind.
+VOCAB_NAMES = ('vocab.model', 'vocab.txt', TOKENIZER_JSON)
 # BERT's limit: a longer whitespace-separated word becomes one [UNK].
 MAX_CHARS_PER_WORD = 100
 
@@ -97,6 +103,43 @@ class WordPieceVocab:
   def fingerprint(self) -> str:
     """sha256 over the pieces and the casing: what decides the ids of a text."""
     return hashlib.sha256(json.dumps([self.lowercase, self.pieces]).encode()).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerJsonVocab:
+  """A loaded tokenizer.json, its tokenizer and the ids of its special tokens by role."""
+  tokenizer: tokenizers.Tokenizer  # adds no special tokens, and reads their text as plain text
+  config: dict                     # its JSON as tokenizers writes it: what export writes back
+  specials: dict[str, str]         # 'pad', 'unk' (if it has one), 'cls', 'sep', 'mask' -> token
+  kind: str                        # the model: 'bpe', 'wordpiece', 'unigram', ...
+  lowercase: bool
+  model_path: str
+  size: int
+  pad_id: int
+  unk_id: int                      # pad_id where the tokenizer has no unknown token
+  cls_id: int
+  sep_id: int
+  mask_id: int
+
+  def encode(self, lines: Sequence[str]) -> list[list[int]]:
+    """Token ids of each line (the CLS and SEP tokens are added by packing, not here)."""
+    encodings = self.tokenizer.encode_batch(list(lines), add_special_tokens=False)
+    return [encoding.ids for encoding in encodings]
+
+  def encode_with_offsets(self, lines: Sequence[str]
+                          ) -> list[tuple[list[int], list[tuple[int, int]]]]:
+    """Token ids of each line and each token's [start, end) character span in that line."""
+    encodings = self.tokenizer.encode_batch(list(lines), add_special_tokens=False)
+    return [(encoding.ids, [tuple(o) for o in encoding.offsets]) for encoding in encodings]
+
+  def fingerprint(self) -> str:
+    """sha256 over what decides the ids of a text and the special ids; not the post-processor,
+    so an export's tokenizer.json (which adds CLS/SEP) reads as the run's vocabulary."""
+    config = self.config
+    deciding = [config['normalizer'], config['pre_tokenizer'], config['model'],
+                [t for t in config['added_tokens'] if not t['special']],
+                [self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id]]
+    return hashlib.sha256(json.dumps(deciding, sort_keys=True).encode()).hexdigest()
 
 
 def model_proto(vocab: Vocab) -> sentencepiece_model_pb2.ModelProto:
@@ -173,8 +216,9 @@ def _write_atomically(path: str, data: bytes) -> None:
 
 def train_vocab(files: Sequence[str], vocab_size: int, out_prefix: str, *,
                 max_sentences: int = 1_000_000, seed: int = 0,
-                model_type: str = 'unigram', lowercase: bool = False) -> Vocab:
-  """Trains a vocabulary on the files and writes `out_prefix.model` and `out_prefix.vocab`.
+                model_type: str = 'unigram', lowercase: bool = False,
+                vocab_type: str = 'sentencepiece') -> 'AnyVocab':
+  """Trains a vocabulary on the files and writes `trained_files(out_prefix, vocab_type)`.
 
   Byte-identical for the same corpus, size, seed and sentencepiece: the lines are sampled here,
   and the proto is written here, so it does not record `out_prefix` as sentencepiece would.
@@ -182,7 +226,15 @@ def train_vocab(files: Sequence[str], vocab_size: int, out_prefix: str, *,
   check_sample_size(max_sentences)
   return train_vocab_on_sentences(sample_lines(files, max_sentences, seed), vocab_size,
                                   out_prefix, text.describe_files(files), model_type=model_type,
-                                  lowercase=lowercase)
+                                  lowercase=lowercase, vocab_type=vocab_type)
+
+
+def trained_files(out_prefix: str, vocab_type: str) -> list[str]:
+  """The files training writes, the vocabulary itself last: sentencepiece's `out_prefix.vocab`
+  and `.model`, or a tokenizer.json in `out_prefix`'s directory."""
+  if vocab_type == 'sentencepiece':
+    return [out_prefix + '.vocab', out_prefix + '.model']
+  return [os.path.join(os.path.dirname(out_prefix), TOKENIZER_JSON)]
 
 
 def check_sample_size(max_sentences: int) -> None:
@@ -193,15 +245,21 @@ def check_sample_size(max_sentences: int) -> None:
 
 def train_vocab_on_sentences(sentences: Sequence[str], vocab_size: int, out_prefix: str,
                              corpus: str, *, model_type: str = 'unigram',
-                             lowercase: bool = False) -> Vocab:
+                             lowercase: bool = False,
+                             vocab_type: str = 'sentencepiece') -> 'AnyVocab':
   """Trains on sampled lines of `corpus` (its name, for messages); see train_vocab.
 
   With `lowercase` the model itself folds case (nmt_nfkc_cf), so every encoder of it, the
   exported tokenizer.json too, reads "The" as "the", like BERT's uncased vocabularies.
+  `vocab_type` 'bpe' or 'wordpiece' trains with `tokenizers` instead (train_tokenizer_json).
   """
   if not sentences:
     raise UsageError(f'corpus {corpus} holds no text (only blank lines); '
                      'check data.train_files')
+  if vocab_type != 'sentencepiece':
+    return train_tokenizer_json(sentences, vocab_type, vocab_size,
+                                trained_files(out_prefix, vocab_type)[-1], corpus,
+                                lowercase=lowercase)
   model = io.BytesIO()
   try:
     spm.SentencePieceTrainer.train(
@@ -229,10 +287,89 @@ def train_vocab_on_sentences(sentences: Sequence[str], vocab_size: int, out_pref
   return vocab
 
 
-def load_vocab(model_path: str) -> Vocab | WordPieceVocab:
-  """Loads a sentencepiece .model (checking that ids 0-4 are the specials) or a WordPiece .txt."""
+# The special tokens of the vocabularies trained with `tokenizers`, as ids 0-4 in sentencepiece's
+# order: padding first, since the model's attention mask is `input_ids != 0` (RoBERTa's <s> is 0).
+TRAINED_SPECIALS = {'bpe': ('<pad>', '<unk>', '<s>', '</s>', '<mask>'),
+                    'wordpiece': SPECIAL_PIECES}
+BYTE_LEVEL_SPACE = '\u0120'  # 'Ġ': byte-level BPE's mark of a piece that begins with a space
+
+
+def byte_level_bpe(lowercase: bool) -> tokenizers.Tokenizer:
+  """RoBERTa's byte-level BPE pipeline, untrained, with a space before each line's first word too:
+  a line's first word then has the pieces (and the word start) it has mid-line."""
+  tokenizer = tokenizers.Tokenizer(tokenizers.models.BPE())
+  if lowercase:
+    tokenizer.normalizer = normalizers.Lowercase()
+  tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+  tokenizer.post_processor = processors.ByteLevel(trim_offsets=True)  # spans without the space
+  tokenizer.decoder = decoders.ByteLevel()
+  return tokenizer
+
+
+def _trained_wordpiece(sentences: Sequence[str], vocab_size: int,
+                       lowercase: bool) -> tokenizers.Tokenizer:
+  """BERT's tokenizer over WordPiece pieces trained on `sentences`, the specials ids 0-4.
+
+  The trainer numbers the '##' forms of characters in hash-map order, and breaks ties between
+  equally frequent merges by those numbers; a first pass lists them so that the second, given
+  them sorted, is deterministic.
+  """
+  specials = list(TRAINED_SPECIALS['wordpiece'])
+  probe = bert_tokenizer(specials, lowercase)
+  probe.train_from_iterator(sentences, trainers.WordPieceTrainer(
+      vocab_size=0, special_tokens=specials, show_progress=False))
+  continuations = sorted(p for p in probe.get_vocab() if p.startswith('##'))
+  tokenizer = bert_tokenizer(specials, lowercase)
+  tokenizer.train_from_iterator(sentences, trainers.WordPieceTrainer(
+      vocab_size=vocab_size, special_tokens=specials + continuations, show_progress=False))
+  ids = tokenizer.get_vocab()
+  tokenizer = bert_tokenizer(sorted(ids, key=ids.get), lowercase)
+  tokenizer.add_special_tokens(specials)
+  return tokenizer
+
+
+def train_tokenizer_json(sentences: Sequence[str], vocab_type: str, vocab_size: int,
+                         out_path: str, corpus: str, *,
+                         lowercase: bool = False) -> TokenizerJsonVocab:
+  """Trains a byte-level BPE (RoBERTa's) or a WordPiece (BERT's) vocabulary of exactly
+  `vocab_size` pieces on `sentences` with `tokenizers`, writes it to `out_path` (a
+  tokenizer.json) and loads it. Deterministic: the same lines give the same file."""
+  if vocab_type not in TRAINED_SPECIALS:
+    raise UsageError(f'data.vocab_type={vocab_type!r}: use one of sentencepiece, '
+                     f'{", ".join(TRAINED_SPECIALS)}')
+  if vocab_type == 'bpe':
+    tokenizer = byte_level_bpe(lowercase)
+    specials = [tokenizers.AddedToken(t, special=True, normalized=False,
+                                      lstrip=t == '<mask>')  # RoBERTa's: " <mask>" is one token
+                for t in TRAINED_SPECIALS['bpe']]
+    tokenizer.train_from_iterator(sentences, trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=specials, show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+  else:
+    tokenizer = _trained_wordpiece(sentences, vocab_size, lowercase)
+  size = tokenizer.get_vocab_size()
+  if size < vocab_size:
+    raise UsageError(
+        f'corpus {corpus} is too small for a {vocab_type} vocabulary of {vocab_size} pieces (at '
+        f'most {size}); set --config.model.vocab_size={size} (or smaller) or add text')
+  if size > vocab_size:
+    raise UsageError(
+        f'a {vocab_type} vocabulary of corpus {corpus} needs {size} pieces for its alphabet '
+        f'and special tokens alone; set --config.model.vocab_size={size} or larger')
+  out_dir = os.path.dirname(out_path)
+  if out_dir:
+    os.makedirs(out_dir, exist_ok=True)
+  _write_atomically(out_path, tokenizer.to_str(pretty=True).encode('utf-8'))
+  return load_tokenizer_json(out_path)
+
+
+def load_vocab(model_path: str) -> 'AnyVocab':
+  """Loads a sentencepiece .model (checking that ids 0-4 are the specials), a WordPiece .txt, or
+  a tokenizer.json (or a directory that holds one)."""
   if model_path.endswith('.txt'):
     return load_wordpiece(model_path)
+  if model_path.endswith('.json') or os.path.isdir(model_path):
+    return load_tokenizer_json(model_path)
   if not os.path.isfile(model_path):
     raise UsageError(f"vocabulary model '{model_path}' does not exist; check data.vocab_model, "
                      'or leave it empty to train a vocabulary on data.train_files')
@@ -312,7 +449,149 @@ def load_wordpiece(path: str, lowercase: bool | None = None) -> WordPieceVocab:
                         unk_id=unk, cls_id=cls, sep_id=sep, mask_id=mask)
 
 
-def check_casing(vocab: Vocab | WordPieceVocab, lowercase: bool) -> None:
+# The names a special token goes by, in each role: BERT's, RoBERTa's, then rarer spellings.
+SPECIAL_NAMES = {'pad': ('[PAD]', '<pad>'), 'unk': ('[UNK]', '<unk>'),
+                 'cls': ('[CLS]', '<s>', '<cls>', '[BOS]', '<bos>'),
+                 'sep': ('[SEP]', '</s>', '<sep>', '[EOS]', '<eos>'),
+                 'mask': ('[MASK]', '<mask>')}
+_ROLES = {'mask': 'mask', 'sep': 'separator (SEP/EOS)', 'cls': 'classification (CLS/BOS)',
+          'pad': 'padding'}
+
+
+def vocab_file(path: str) -> str:
+  """The vocabulary file `path` names: itself, or a directory's tokenizer.json (as a Hugging Face
+  model directory holds it)."""
+  return os.path.join(path, TOKENIZER_JSON) if path and os.path.isdir(path) else path
+
+
+def vocab_name(path: str) -> str:
+  """The name a copy of the vocabulary file `path` takes in a workdir or prepared directory."""
+  if path.endswith('.txt'):
+    return 'vocab.txt'
+  return TOKENIZER_JSON if path.endswith('.json') else 'vocab.model'
+
+
+def components(node: dict | None) -> list[dict]:
+  """A normalizer, pre-tokenizer or post-processor and, within a Sequence, each member."""
+  if not node:
+    return []
+  members = [m for key in ('normalizers', 'pretokenizers', 'processors') if key in node
+             for m in node[key]]
+  return [node] + [part for member in members for part in components(member)]
+
+
+def _special_ids(tokenizer: tokenizers.Tokenizer, config: dict) -> dict[str, int]:
+  """Role -> id: CLS and SEP as the post-processor adds them around one text, the unknown token
+  as the model names it, the rest by name among the special added tokens, then all tokens."""
+  found = {}
+  for part in components(config['post_processor']):
+    if part['type'] in ('BertProcessing', 'RobertaProcessing'):
+      found.update(cls=part['cls'][1], sep=part['sep'][1])
+    elif part['type'] == 'TemplateProcessing' and part['single']:
+      for role, piece in (('cls', part['single'][0]), ('sep', part['single'][-1])):
+        ids = part['special_tokens'][piece['SpecialToken']['id']]['ids'] \
+            if 'SpecialToken' in piece else []
+        if len(ids) == 1:
+          found[role] = ids[0]
+  model = config['model']
+  if model['type'] == 'Unigram':
+    unk = model['unk_id']
+  else:  # BPE, WordPiece and WordLevel name it
+    unk = tokenizer.token_to_id(model['unk_token']) if model['unk_token'] else None
+  if unk is not None:
+    found['unk'] = unk
+  special = {t.content: i for i, t in tokenizer.get_added_tokens_decoder().items() if t.special}
+  every = tokenizer.get_vocab(with_added_tokens=True)
+  for role, names in SPECIAL_NAMES.items():
+    for table in (special, every):
+      name = next((n for n in names if n in table), None)
+      if role not in found and name:
+        found[role] = table[name]
+  return found
+
+
+def _check_specials(ids: dict[str, int], tokenizer: tokenizers.Tokenizer, path: str) -> None:
+  """Refuses what packing and masking cannot use: a missing role, padding off id 0, a shared id."""
+  missing = [role for role in _ROLES if role not in ids]
+  if missing:
+    looked = '; '.join(f'{_ROLES[r]}: {", ".join(SPECIAL_NAMES[r])}' for r in missing)
+    raise UsageError(
+        f"tokenizer '{path}' has no {' and no '.join(_ROLES[r] for r in missing)} token "
+        f"(looked in its post-processor and for the names {looked}); add them with "
+        "tokenizer.add_special_tokens([...]) and save it again, or leave data.vocab_model empty "
+        'to train a vocabulary (--config.data.vocab_type=bpe or wordpiece)')
+  if ids['pad'] != 0:
+    raise UsageError(
+        f"tokenizer '{path}' has its padding token {tokenizer.id_to_token(ids['pad'])!r} at id "
+        f"{ids['pad']}; electra_jax needs it at id 0 (the attention mask is input_ids != 0), as "
+        'BERT vocabularies have it: renumber the tokenizer, or leave data.vocab_model empty to '
+        'train one (--config.data.vocab_type=bpe or wordpiece)')
+  shared = [(a, b) for a, b in itertools.combinations(_ROLES, 2)
+            if ids[a] == ids[b] and {a, b} != {'cls', 'sep'}]
+  if shared:
+    a, b = shared[0]
+    raise UsageError(f"tokenizer '{path}' uses {tokenizer.id_to_token(ids[a])!r} as both its "
+                     f'{_ROLES[a]} and its {_ROLES[b]} token; give each role a token of its own')
+
+
+def load_tokenizer_json(path: str) -> TokenizerJsonVocab:
+  """Loads a tokenizer.json (or a directory's) and finds its special tokens by role."""
+  path = vocab_file(path)
+  if not os.path.isfile(path):
+    raise UsageError(f"tokenizer '{path}' does not exist; check data.vocab_model (a "
+                     'tokenizer.json, or a directory that holds one)')
+  try:
+    with open(path, encoding='utf-8') as f:
+      tokenizer = tokenizers.Tokenizer.from_str(f.read())
+  except Exception as e:  # pylint: disable=broad-except  (tokenizers raises plain Exception)
+    detail = ' '.join(str(e).split())
+    raise UsageError(f"'{path}' is not a tokenizers tokenizer.json ({detail}); point "
+                     'data.vocab_model at the tokenizer.json a Hugging Face tokenizer saves'
+                     ) from None
+  # Read back as tokenizers writes it: every field present, whoever wrote the file.
+  config = json.loads(tokenizer.to_str())
+  if config['model']['type'] == 'BPE' and config['model']['dropout']:
+    config['model']['dropout'] = None  # BPE dropout segments each call anew; training reads one
+    tokenizer = tokenizers.Tokenizer.from_str(json.dumps(config))
+  tokenizer.no_truncation()
+  tokenizer.no_padding()
+  tokenizer.encode_special_tokens = True  # "[MASK]" in the text is text, as for the other kinds
+  ids = _special_ids(tokenizer, config)
+  _check_specials(ids, tokenizer, path)
+  lowercase = any(part['type'] == 'Lowercase' or part['type'] == 'BertNormalizer' and
+                  part['lowercase'] for part in components(config['normalizer']))
+  return TokenizerJsonVocab(
+      tokenizer=tokenizer, config=config,
+      specials={role: tokenizer.id_to_token(i) for role, i in ids.items()},
+      kind=config['model']['type'].lower(), lowercase=lowercase, model_path=path,
+      size=max(tokenizer.get_vocab(with_added_tokens=True).values()) + 1,
+      pad_id=ids['pad'], unk_id=ids['unk'] if 'unk' in ids else ids['pad'], cls_id=ids['cls'],
+      sep_id=ids['sep'], mask_id=ids['mask'])
+
+
+def word_marks(vocab: TokenizerJsonVocab) -> tuple[str, bool] | None:
+  """(mark, begins): a piece starting with `mark` begins a word (byte-level 'Ġ', Metaspace's
+  '▁') or, where `begins` is False, continues one (WordPiece's '##'); None if neither is known."""
+  model = vocab.config['model']
+  if model['type'] in ('BPE', 'WordPiece') and model['continuing_subword_prefix']:
+    return model['continuing_subword_prefix'], False
+  if model['type'] == 'BPE' and model['end_of_word_suffix']:
+    return None  # a piece begins a word after one that ends with the suffix: not per piece
+  for part in (components(vocab.config['pre_tokenizer']) +
+               components(vocab.config['normalizer'])):
+    if part['type'] == 'ByteLevel':
+      return BYTE_LEVEL_SPACE, True
+    if part['type'] == 'Metaspace':
+      return part['replacement'], True
+    if part['type'] == 'Prepend':  # Llama's normalizer: '▁' before the text, for its spaces
+      return part['prepend'], True
+  return None
+
+
+AnyVocab = Vocab | WordPieceVocab | TokenizerJsonVocab
+
+
+def check_casing(vocab: AnyVocab, lowercase: bool) -> None:
   """Refuses data.vocab_lowercase=True over a cased vocabulary already on disk: the run would
   silently train on its cased pieces."""
   if lowercase and not vocab.lowercase:
@@ -322,7 +601,25 @@ def check_casing(vocab: Vocab | WordPieceVocab, lowercase: bool) -> None:
                      '--config.data.vocab_lowercase')
 
 
-def vocab_fingerprint(vocab: Vocab | WordPieceVocab) -> str:
+def vocab_type_of(vocab: AnyVocab) -> str:
+  """'sentencepiece', 'wordpiece', or a tokenizer.json's model ('bpe', 'unigram', ...)."""
+  if isinstance(vocab, TokenizerJsonVocab):
+    return vocab.kind
+  return 'wordpiece' if isinstance(vocab, WordPieceVocab) else 'sentencepiece'
+
+
+def check_type(vocab: AnyVocab, vocab_type: str) -> None:
+  """Refuses a data.vocab_type other than the default over a vocabulary of another kind already
+  on disk: the run would silently keep using it."""
+  kind = vocab_type_of(vocab)
+  if vocab_type != 'sentencepiece' and kind != vocab_type:
+    raise UsageError(f'data.vocab_type={vocab_type!r}, but {vocab.model_path} is a {kind} '
+                     'vocabulary that this run would keep using; prepare into a new directory (or '
+                     f'use a new --workdir) so that a {vocab_type} vocabulary is trained, or drop '
+                     '--config.data.vocab_type')
+
+
+def vocab_fingerprint(vocab: AnyVocab) -> str:
   """What identifies the vocabulary's ids, recorded with prepared data (see Vocab.fingerprint)."""
   return vocab.fingerprint()
 
@@ -330,14 +627,28 @@ def vocab_fingerprint(vocab: Vocab | WordPieceVocab) -> str:
 WORD_START = '\u2581'  # sentencepiece's mark of a piece that begins a word
 
 
-def word_starts(vocab: Vocab | WordPieceVocab) -> bytes:
+def word_starts(vocab: AnyVocab) -> bytes:
   """One byte per id, 1 where the piece begins a word: what whole-word and span masking read.
 
   Control pieces are words of their own; sentencepiece's [UNK] and byte pieces continue the
   word they stand in (after '▁' when they begin it), while WordPiece's [UNK] is a whole word.
+  A tokenizer.json's added tokens but the unknown one are words of their own; its other pieces
+  are read by word_marks.
   """
   if isinstance(vocab, WordPieceVocab):
     starts = [not piece.startswith('##') for piece in vocab.pieces]
+  elif isinstance(vocab, TokenizerJsonVocab):
+    marks = word_marks(vocab)
+    if marks is None:
+      raise UsageError(
+          f"cannot tell which pieces of '{vocab.model_path}' begin a word: its {vocab.kind} model "
+          'has no continuing-subword prefix, and no ByteLevel or Metaspace step marks word starts; '
+          'use --config.masking=token')
+    mark, begins = marks
+    added = vocab.tokenizer.get_added_tokens_decoder()
+    pieces = (vocab.tokenizer.id_to_token(i) for i in range(vocab.size))
+    starts = [i in added and i != vocab.unk_id or piece is None or
+              piece.startswith(mark) == begins for i, piece in enumerate(pieces)]
   else:
     processor = vocab.processor
     starts = [processor.id_to_piece(i).startswith(WORD_START) or processor.is_control(i)

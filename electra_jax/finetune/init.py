@@ -103,7 +103,8 @@ def random_start(model: ml_collections.ConfigDict, vocab_path: str) -> Start:
   if not vocab_path:
     raise UsageError('config.init_from is empty (random initialisation), so the model comes from '
                      'config.model and the vocabulary from config.vocab: pass '
-                     '--config.vocab=PATH (a pretraining run\'s vocab.model or a vocab.txt)')
+                     "--config.vocab=PATH (a pretraining run's vocab.model, a vocab.txt or a "
+                     'tokenizer.json)')
   vocab = vocab_lib.load_vocab(vocab_path)
   if vocab.size != model.vocab_size:
     raise UsageError(f'the vocabulary {vocab_path} has {vocab.size} pieces but '

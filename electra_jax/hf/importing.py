@@ -23,7 +23,8 @@ from electra_jax.hf import bert, files, model_config, params as params_lib
 from electra_jax.model import networks
 from electra_jax.training import checkpoint, generator_modes, inputs, optim, train
 
-VOCAB_FILES = ('vocab.model', 'vocab.txt')  # what our export writes; Google's have vocab.txt
+# What our export writes (Google's have vocab.txt); a tokenizer.json only where neither is there.
+VOCAB_FILES = ('vocab.model', 'vocab.txt', 'tokenizer.json')
 
 
 def find_model_dirs(hf_dir: str, generator_dir: str | None = None,
@@ -57,15 +58,15 @@ def find_model_dirs(hf_dir: str, generator_dir: str | None = None,
 
 def find_vocab(model_dirs: dict[str, files.ModelDir], vocab_path: str | None) -> str:
   if vocab_path:
-    return vocab_path
+    return vocab_lib.vocab_file(vocab_path)
   for model_dir in model_dirs.values():
     for name in VOCAB_FILES:
       if os.path.isfile(os.path.join(model_dir.path, name)):
         return os.path.join(model_dir.path, name)
   where = ' or '.join(f"'{d.path}'" for d in model_dirs.values())
   raise UsageError(f'no vocabulary ({" or ".join(VOCAB_FILES)}) in {where}; pass '
-                   '--vocab=PATH with the checkpoint\'s WordPiece vocab.txt or sentencepiece '
-                   '.model')
+                   '--vocab=PATH with the checkpoint\'s WordPiece vocab.txt, sentencepiece '
+                   '.model or tokenizer.json')
 
 
 def _check_casing(vocab, model_dirs: dict[str, files.ModelDir]):

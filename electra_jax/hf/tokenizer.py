@@ -4,11 +4,14 @@ tokenizer.json holds the whole pipeline (sentencepiece's normalizer and unigram 
 WordPiece), so it loads offline. A leading space is kept, not stripped: Metaspace adds no second
 '▁', so a segment after a [MASK] in fill-mask input keeps its word boundary, as in training.
 tokenizer_config.json names PreTrainedTokenizerFast, since model_type "electra" alone makes
-transformers build a WordPiece tokenizer. Inherent difference: transformers maps special-token
-text in the input ("[MASK]") to its id, which fill-mask relies on; our encoders do not.
+transformers build a WordPiece tokenizer. A tokenizer.json vocabulary goes out as it was loaded,
+with a post-processor that adds its own CLS and SEP as packing did. Inherent difference:
+transformers maps special-token text in the input ("[MASK]") to its id, which fill-mask relies
+on; our encoders do not.
 """
 
 import base64
+import copy
 import json
 import os
 from typing import Any
@@ -22,28 +25,43 @@ _PIECE_TYPES = {1: 'normal', 2: 'unknown', 3: 'control', 4: 'user-defined', 5: '
                 6: 'byte'}
 
 
+ROLES = ('pad', 'unk', 'cls', 'sep', 'mask')
+
+
+def special_tokens(vocab) -> dict[str, str]:
+  """Role -> the special token's text: [PAD] ... [MASK], or what a tokenizer.json calls them."""
+  if isinstance(vocab, vocab_lib.TokenizerJsonVocab):
+    return {role: vocab.specials[role] for role in ROLES if role in vocab.specials}
+  return dict(zip(ROLES, vocab_lib.SPECIAL_PIECES))
+
+
 def special_ids(vocab) -> dict[str, int]:
-  return {'[PAD]': vocab.pad_id, '[UNK]': vocab.unk_id, '[CLS]': vocab.cls_id,
-          '[SEP]': vocab.sep_id, '[MASK]': vocab.mask_id}
+  ids = {'pad': vocab.pad_id, 'unk': vocab.unk_id, 'cls': vocab.cls_id, 'sep': vocab.sep_id,
+         'mask': vocab.mask_id}
+  return {token: ids[role] for role, token in special_tokens(vocab).items()}
+
+
+def _added_token(token: str, i: int) -> dict[str, Any]:
+  return {'id': i, 'content': token, 'single_word': False, 'lstrip': False, 'rstrip': False,
+          'normalized': False, 'special': True}
 
 
 def _added_tokens(vocab) -> list[dict[str, Any]]:
-  return [{'id': i, 'content': token, 'single_word': False, 'lstrip': False, 'rstrip': False,
-           'normalized': False, 'special': True}
+  return [_added_token(token, i)
           for token, i in sorted(special_ids(vocab).items(), key=lambda item: item[1])]
 
 
 def _post_processor(vocab) -> dict[str, Any]:
   special = lambda token, type_id: {'SpecialToken': {'id': token, 'type_id': type_id}}
   sequence = lambda name, type_id: {'Sequence': {'id': name, 'type_id': type_id}}
-  ids = special_ids(vocab)
+  ids, tokens = special_ids(vocab), special_tokens(vocab)
+  cls, sep = tokens['cls'], tokens['sep']
   return {
       'type': 'TemplateProcessing',
-      'single': [special('[CLS]', 0), sequence('A', 0), special('[SEP]', 0)],
-      'pair': [special('[CLS]', 0), sequence('A', 0), special('[SEP]', 0),
-               sequence('B', 1), special('[SEP]', 1)],
-      'special_tokens': {t: {'id': t, 'ids': [ids[t]], 'tokens': [t]}
-                         for t in ('[CLS]', '[SEP]')},
+      'single': [special(cls, 0), sequence('A', 0), special(sep, 0)],
+      'pair': [special(cls, 0), sequence('A', 0), special(sep, 0),
+               sequence('B', 1), special(sep, 1)],
+      'special_tokens': {t: {'id': t, 'ids': [ids[t]], 'tokens': [t]} for t in (cls, sep)},
   }
 
 
@@ -106,11 +124,30 @@ def wordpiece_tokenizer(vocab: vocab_lib.WordPieceVocab) -> dict[str, Any]:
   return config
 
 
+def json_tokenizer(vocab: vocab_lib.TokenizerJsonVocab) -> dict[str, Any]:
+  """The loaded tokenizer.json with a post-processor that adds its CLS and SEP as packing did
+  (after its ByteLevel offset trimming, if any), every role's token a special added token, and
+  no truncation or padding of its own."""
+  config = copy.deepcopy(vocab.config)
+  trims = [part for part in vocab_lib.components(config['post_processor'])
+           if part['type'] == 'ByteLevel']
+  template = _post_processor(vocab)
+  config['post_processor'] = {'type': 'Sequence', 'processors': [*trims, template]} if trims \
+      else template
+  config['truncation'] = config['padding'] = None
+  added = {t['id']: t for t in config['added_tokens']}
+  for token, i in special_ids(vocab).items():
+    added[i] = {**(added[i] if i in added else _added_token(token, i)), 'special': True}
+  config['added_tokens'] = [added[i] for i in sorted(added)]
+  return config
+
+
 def tokenizer_config(vocab, model_max_length: int) -> dict[str, Any]:
+  tokens = special_tokens(vocab)
   config = {
       'tokenizer_class': 'PreTrainedTokenizerFast',
-      'pad_token': '[PAD]', 'unk_token': '[UNK]', 'cls_token': '[CLS]', 'sep_token': '[SEP]',
-      'mask_token': '[MASK]', 'model_max_length': model_max_length,
+      **{f'{role}_token': tokens[role] for role in ROLES if role in tokens},
+      'model_max_length': model_max_length,
       'model_input_names': ['input_ids', 'token_type_ids', 'attention_mask'],
       'padding_side': 'right', 'truncation_side': 'right', 'clean_up_tokenization_spaces': False,
   }
@@ -120,18 +157,26 @@ def tokenizer_config(vocab, model_max_length: int) -> dict[str, Any]:
 
 
 def write_tokenizer(vocab, out_dir: str, model_max_length: int):
-  """Writes tokenizer.json, tokenizer_config.json and the vocabulary file into `out_dir`."""
-  if isinstance(vocab, vocab_lib.WordPieceVocab):
+  """Writes tokenizer.json, tokenizer_config.json and the vocabulary file (vocab.model or
+  vocab.txt; for a tokenizer.json vocabulary, special_tokens_map.json) into `out_dir`."""
+  extra = {}
+  if isinstance(vocab, vocab_lib.TokenizerJsonVocab):
+    tokenizer = json_tokenizer(vocab)
+    extra['special_tokens_map.json'] = json.dumps(
+        {f'{role}_token': token for role, token in special_tokens(vocab).items()},
+        indent=2).encode() + b'\n'
+  elif isinstance(vocab, vocab_lib.WordPieceVocab):
     tokenizer = wordpiece_tokenizer(vocab)
-    vocab_name, vocab_bytes = 'vocab.txt', ''.join(p + '\n' for p in vocab.pieces).encode()
+    extra['vocab.txt'] = ''.join(p + '\n' for p in vocab.pieces).encode()
   else:
     tokenizer = sentencepiece_tokenizer(vocab)
-    vocab_name, vocab_bytes = 'vocab.model', vocab.processor.serialized_model_proto()
+    extra['vocab.model'] = vocab.processor.serialized_model_proto()
   os.makedirs(out_dir, exist_ok=True)
   with open(os.path.join(out_dir, 'tokenizer.json'), 'w', encoding='utf-8') as f:
     json.dump(tokenizer, f, ensure_ascii=False, indent=2)
   with open(os.path.join(out_dir, 'tokenizer_config.json'), 'w') as f:
     json.dump(tokenizer_config(vocab, model_max_length), f, indent=2)
     f.write('\n')
-  with open(os.path.join(out_dir, vocab_name), 'wb') as f:
-    f.write(vocab_bytes)
+  for name, data in extra.items():
+    with open(os.path.join(out_dir, name), 'wb') as f:
+      f.write(data)

@@ -115,7 +115,7 @@ RENAMED = {
                 'generator_head': 'generator_head'},
 }
 RUN_OBJECTIVES = ('mlm', 'electra', 'electra_15')
-VOCAB_FILES = ('vocab.model', 'vocab.txt')  # what a Hugging Face directory of ours holds
+VOCAB_FILES = vocab_lib.VOCAB_NAMES  # what a Hugging Face directory of ours holds
 
 
 class Shape(NamedTuple):
@@ -201,8 +201,9 @@ def source_vocab(directory: str) -> str:
     return found[0]
   path = inputs.run_vocab_path(directory)
   if not storage.exists(path):
-    raise UsageError(f"config.generator_init='{directory}' holds no vocabulary (vocab.model or "
-                     'vocab.txt); pass a run that has trained, or a directory export wrote')
+    raise UsageError(f"config.generator_init='{directory}' holds no vocabulary "
+                     f"({', '.join(VOCAB_FILES)}); pass a run that has trained, or a directory "
+                     'export wrote')
   return path
 
 

@@ -1,7 +1,8 @@
 """A training run's inputs: its vocabulary, its examples, and its batches on the mesh.
 
-The vocabulary lives in the workdir (vocab.model or vocab.txt); a workdir at a URI (gs://) holds
-it too, and each host loads a local copy, because sentencepiece reads local files only.
+The vocabulary lives in the workdir (vocab.model, vocab.txt or tokenizer.json); a workdir at a
+URI (gs://) holds it too, and each host loads a local copy, because sentencepiece reads local
+files only.
 
 The example ids of step s are a pure function of (examples, batch size, seed, s), so a resumed run
 sees the batches an uninterrupted one would: the checkpointed step is the iterator position.
@@ -29,11 +30,12 @@ from electra_jax.data import vocab as vocab_lib
 
 
 def _prepared_vocab(prepared_dir: str) -> str:
-  for name in ('vocab.model', 'vocab.txt'):
+  for name in vocab_lib.VOCAB_NAMES:
     if os.path.exists(os.path.join(prepared_dir, name)):
       return os.path.join(prepared_dir, name)
-  raise UsageError(f"data.prepared_dir '{prepared_dir}' holds no vocab.model or vocab.txt; "
-                   'pass the vocabulary it was prepared with as --config.data.vocab_model')
+  raise UsageError(f"data.prepared_dir '{prepared_dir}' holds no vocab.model, vocab.txt or "
+                   'tokenizer.json; pass the vocabulary it was prepared with as '
+                   '--config.data.vocab_model')
 
 
 def local_dir(config: ml_collections.ConfigDict, workdir: str) -> str:
@@ -65,10 +67,11 @@ def load_run_vocab(workdir: str, directory: str):
   return vocab_lib.load_vocab(local_copy(run_vocab_path(workdir), directory))
 
 
-def setup_vocab(config: ml_collections.ConfigDict, workdir: str) -> vocab_lib.Vocab:
-  """The workdir's vocab.model or vocab.txt, on first use copied from data.vocab_model or
-  data.prepared_dir, or trained (in local_dir, then uploaded, for a workdir at a URI)."""
-  given = config.data.vocab_model
+def setup_vocab(config: ml_collections.ConfigDict, workdir: str) -> vocab_lib.AnyVocab:
+  """The workdir's vocab.model, vocab.txt or tokenizer.json, on first use copied from
+  data.vocab_model or data.prepared_dir, or trained as data.vocab_type (in local_dir, then
+  uploaded, for a workdir at a URI)."""
+  given = vocab_lib.vocab_file(config.data.vocab_model)
   if config.data.prepared_dir:
     store.check_local(config.data.prepared_dir, 'data.prepared_dir')
     given = given or _prepared_vocab(config.data.prepared_dir)
@@ -85,9 +88,12 @@ def setup_vocab(config: ml_collections.ConfigDict, workdir: str) -> vocab_lib.Vo
                        f'({run_model}); use a new --workdir, or drop --config.data.vocab_model '
                        '(or use data prepared with the run\'s vocabulary)')
     vocab_lib.check_casing(vocab, config.data.vocab_lowercase)
+    vocab_lib.check_type(vocab, config.data.vocab_type)
   elif given:
     # Fails clearly before anything is copied.
-    vocab_lib.check_casing(vocab_lib.load_vocab(given), config.data.vocab_lowercase)
+    given_vocab = vocab_lib.load_vocab(given)
+    vocab_lib.check_casing(given_vocab, config.data.vocab_lowercase)
+    vocab_lib.check_type(given_vocab, config.data.vocab_type)
     storage.copy_file(given, run_model)
     vocab = vocab_lib.load_vocab(local_copy(run_model, local))
   else:
@@ -97,10 +103,10 @@ def setup_vocab(config: ml_collections.ConfigDict, workdir: str) -> vocab_lib.Vo
         sources_lib.from_config(config.data, 'train'), config.model.vocab_size, prefix,
         tfds_data_dir=config.data.tfds_data_dir, text_field=config.data.text_field,
         max_sentences=config.data.vocab_sample_sentences, seed=config.seed,
-        lowercase=config.data.vocab_lowercase)
-    if remote:  # the .model last: the run has a vocabulary once it exists
-      for suffix in ('.vocab', '.model'):
-        storage.copy_file(prefix + suffix, os.path.join(workdir, 'vocab' + suffix))
+        lowercase=config.data.vocab_lowercase, vocab_type=config.data.vocab_type)
+    if remote:  # the vocabulary last: the run has one once it exists
+      for path in vocab_lib.trained_files(prefix, config.data.vocab_type):
+        storage.copy_file(path, os.path.join(workdir, os.path.basename(path)))
   if vocab.size != config.model.vocab_size:
     raise UsageError(f'the vocabulary {vocab.model_path} has {vocab.size} pieces but '
                      f'config.model.vocab_size={config.model.vocab_size}; set '
@@ -110,11 +116,11 @@ def setup_vocab(config: ml_collections.ConfigDict, workdir: str) -> vocab_lib.Vo
 
 def run_vocab_path(workdir: str, given: str = '') -> str:
   """Where the run's vocabulary is or goes: the existing file, else named after `given`'s kind."""
-  paths = [os.path.join(workdir, name) for name in ('vocab.model', 'vocab.txt')]
+  paths = [os.path.join(workdir, name) for name in vocab_lib.VOCAB_NAMES]
   existing = [p for p in paths if storage.exists(p)]
   if existing:
     return existing[0]
-  return paths[1] if given.endswith('.txt') else paths[0]
+  return os.path.join(workdir, vocab_lib.vocab_name(vocab_lib.vocab_file(given)))
 
 
 # Keep the mixture's random streams apart from the single-corpus one and from each other. Seeds
@@ -274,7 +280,8 @@ def load_examples(config: ml_collections.ConfigDict, workdir: str, vocab: vocab_
     if not prepared or (split != 'train' and not os.path.isdir(os.path.join(prepared, split))):
       return None
     return store.open_store(os.path.join(prepared, split), vocab_sha256=vocab.fingerprint(),
-                            max_seq_length=config.max_seq_length)
+                            max_seq_length=config.max_seq_length,
+                            documents=config.data.document_attention)
   return preparation.ensure_prepared(
       specs, vocab, os.path.join(local_dir(config, workdir), split),
       max_seq_length=config.max_seq_length, seed=config.seed,
