@@ -209,3 +209,48 @@ def test_the_trained_export_detects_random_replacements_in_transformers(trained)
   auc = roc_auc_score(labels, scores)
   print(f'AUC of the exported discriminator on random replacements, read by transformers: {auc:.3f}')
   assert auc > 0.55, auc
+
+
+@pytest.mark.parametrize('documents', [False, True])
+def test_banded_local_attention_equals_the_dense_band(documents):
+  """Past twice the window, a local layer attends in blocks (cost ~ L x window); it computes what
+  the dense band mask computes, padding and document ids included."""
+  length, window = 80, 8
+  x = jax.random.normal(jax.random.key(0), (2, length, WIDTH))
+  mask = jnp.arange(length)[None, :] < jnp.asarray([length, 53])[:, None]
+  if documents:
+    mask = jnp.where(mask, 1 + jnp.arange(length)[None, :] // 23, 0)
+  layer = modern.RotaryAttention(HEADS, 0.0, 10_000.0, window, implementation='einsum')
+  params = jax.tree.map(lambda w: w * 8.0, layer.init(jax.random.key(1), x, mask, True))
+  banded = layer.apply(params, x, mask, True)
+  dense = modern.RotaryAttention(HEADS, 0.0, 10_000.0, window, implementation='xla').apply(
+      params, x, mask, True)
+  real = np.asarray(mask) != 0
+  np.testing.assert_allclose(np.asarray(banded)[real], np.asarray(dense)[real], atol=1e-5,
+                             rtol=1e-5)
+
+
+def test_an_8192_token_step_trains_and_local_layers_cost_the_window():
+  """ModernBERT's length on a CPU: a tiny modern encoder at 8,192 tokens computes finite outputs
+  and gradients, and XLA's FLOP count of a local layer grows with the window, not with L²."""
+  def layer_flops(length, window):
+    layer = modern.RotaryAttention(2, 0.0, 10_000.0, window, implementation='einsum')
+    x = jax.ShapeDtypeStruct((1, length, 64), jnp.float32)
+    mask = jax.ShapeDtypeStruct((1, length), jnp.bool_)
+    params = jax.eval_shape(lambda: layer.init(jax.random.key(0), jnp.zeros(x.shape),
+                                               jnp.ones(mask.shape, bool), True))
+    step = jax.jit(jax.grad(lambda p, x, m: layer.apply(p, x, m, True).sum()))
+    return step.lower(params, x, mask).compile().cost_analysis()['flops']
+  local_4k, local_8k = layer_flops(4096, 128), layer_flops(8192, 128)
+  global_4k, global_8k = layer_flops(4096, 0), layer_flops(8192, 0)
+  print(f"FLOPs of a layer's forward and backward: local (128) {local_4k:.3g} at 4,096 and "
+        f'{local_8k:.3g} at 8,192; global {global_4k:.3g} and {global_8k:.3g}')
+  assert 1.9 < local_8k / local_4k < 2.2  # linear in the length
+  assert global_8k / global_4k > 3.5      # quadratic
+  assert local_8k < global_8k / 10
+  encoder = modern.ModernEncoder(32, 3, 2, 48, 0.0, 0.0, 128, 3, 160_000.0, 10_000.0)
+  ids = jax.random.randint(jax.random.key(1), (1, 8192), 5, 100)
+  x = jax.random.normal(jax.random.key(2), (1, 8192, 32))
+  params = encoder.init(jax.random.key(3), x, ids != 0, True)
+  loss, grads = jax.value_and_grad(lambda p: encoder.apply(p, x, ids != 0, True).sum())(params)
+  assert np.isfinite(float(loss)) and all(np.isfinite(g).all() for g in jax.tree.leaves(grads))

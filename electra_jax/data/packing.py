@@ -141,7 +141,6 @@ def filled_pairs(documents: Iterable[Sequence[Sequence[int]]], max_seq_length: i
     yield pair
 
 
-PACKINGS = {'original': segment_pairs, 'fill': filled_pairs}
 
 
 def fill_example(pair: SegmentPair, input_ids: np.ndarray, segment_ids: np.ndarray, cls_id: int,
@@ -168,7 +167,8 @@ def packed_rows(pairs: Iterable[SegmentPair], dtype: np.dtype, cls_id: int,
       blocks.append(np.zeros(_ROWS_PER_BLOCK, dtype))
       filled = 0
     block = blocks[-1]
-    fill_example(pair, block['input_ids'][filled], block['segment_ids'][filled], cls_id, sep_id)
+    write = fill_example if isinstance(pair, SegmentPair) else fill_documents
+    write(pair, block['input_ids'][filled], block['segment_ids'][filled], cls_id, sep_id)
     filled += 1
   if blocks:
     blocks[-1] = blocks[-1][:filled]
@@ -189,3 +189,62 @@ def pack_examples(documents: Iterable[Sequence[Sequence[int]]], max_seq_length: 
     raise UsageError('the corpus produced no examples: none of its lines holds a token; '
                      'check that data.train_files (or data.eval_files) name text files')
   return {name: np.ascontiguousarray(rows[name]) for name in ('input_ids', 'segment_ids')}
+
+
+# ---- packing 'documents': documents kept apart (data.document_attention) -------------------
+
+OPEN_EXAMPLES = 64  # examples kept open for best-fit placement of the next piece
+MAX_DOCUMENTS = 255  # per example: the document ids are the uint8 segment ids of the store
+
+
+def document_pieces(documents: Iterable[Sequence[Sequence[int]]],
+                    max_seq_length: int) -> Iterator[list[int]]:
+  """Each document's tokens in order, cut into pieces of at most L - 2 (room for its [CLS] and
+  [SEP]); no segment pairs or short targets: a document attends only to itself."""
+  for document in documents:
+    tokens = [token for line in document for token in line]
+    for start in range(0, len(tokens), max_seq_length - 2):
+      yield tokens[start:start + max_seq_length - 2]
+
+
+def packed_documents(documents: Iterable[Sequence[Sequence[int]]], max_seq_length: int,
+                     rng: np.random.Generator | None = None) -> Iterator[list[list[int]]]:
+  """Examples as lists of pieces ([CLS] piece [SEP] each), placed best-fit: a piece goes to the
+  open example it fills most closely, and the fullest is closed when OPEN_EXAMPLES are open.
+  Deterministic (`rng` is unused, for PACKINGS' signature); the order follows the corpus's."""
+  del rng
+  open_examples: list[tuple[int, list[list[int]]]] = []  # (tokens used, pieces)
+  for piece in document_pieces(documents, max_seq_length):
+    need = len(piece) + 2
+    fits = [i for i, (used, _) in enumerate(open_examples) if used + need <= max_seq_length]
+    if fits:
+      index = max(fits, key=lambda i: open_examples[i][0])
+    else:
+      if len(open_examples) == OPEN_EXAMPLES:
+        fullest = max(range(len(open_examples)), key=lambda i: open_examples[i][0])
+        yield open_examples.pop(fullest)[1]
+      open_examples.append((0, []))
+      index = len(open_examples) - 1
+    used, pieces = open_examples[index]
+    pieces.append(piece)
+    if used + need > max_seq_length - 3 or len(pieces) == MAX_DOCUMENTS:  # full
+      del open_examples[index]
+      yield pieces
+    else:
+      open_examples[index] = (used + need, pieces)
+  yield from (pieces for _, pieces in open_examples)
+
+
+def fill_documents(pieces: Sequence[Sequence[int]], input_ids: np.ndarray,
+                   document_ids: np.ndarray, cls_id: int, sep_id: int) -> None:
+  """Writes [CLS] piece [SEP] for each piece into zeroed rows, the k-th piece's tokens (its
+  specials too) with document id k (1, 2, ...; 0 is padding)."""
+  start = 0
+  for k, piece in enumerate(pieces, start=1):
+    end = start + len(piece) + 2
+    input_ids[start], input_ids[start + 1:end - 1], input_ids[end - 1] = cls_id, piece, sep_id
+    document_ids[start:end] = k
+    start = end
+
+
+PACKINGS = {'original': segment_pairs, 'fill': filled_pairs, 'documents': packed_documents}

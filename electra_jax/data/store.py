@@ -103,6 +103,7 @@ def read_manifest(directory: str) -> dict:
   if manifest['format'] != FORMAT:
     raise UsageError(f"'{directory}' was prepared in format {manifest['format']}, this "
                      f'electra_jax reads format {FORMAT}; prepare the data again')
+  manifest.setdefault('documents', False)  # prepared before document ids: none
   return manifest
 
 
@@ -187,7 +188,8 @@ def _open_shard(directory: str, entry: dict, dtype: np.dtype, remedy: str) -> np
 
 
 def open_store(directory: str, *, vocab_sha256: str | None = None,
-               max_seq_length: int | None = None, remedy: str = '') -> ExampleStore:
+               max_seq_length: int | None = None, documents: bool | None = None,
+               remedy: str = '') -> ExampleStore:
   """Opens a prepared split after checking it against the manifest and the run's settings."""
   remedy = remedy or f'prepare it again (python -m electra_jax.prepare ... --out={directory})'
   manifest = read_manifest(directory)
@@ -200,6 +202,14 @@ def open_store(directory: str, *, vocab_sha256: str | None = None,
     raise UsageError(f"'{directory}' holds examples of {manifest['max_seq_length']} tokens, but "
                      f'config.max_seq_length={max_seq_length}; set --config.max_seq_length='
                      f"{manifest['max_seq_length']} or prepare the data again")
+  holds = manifest['documents']
+  if documents is not None and holds != documents:
+    raise UsageError(
+        f"'{directory}' holds examples with document ids (packing 'documents'); set "
+        '--config.data.document_attention=true, or prepare the data again without it'
+        if holds else f"'{directory}' holds no document ids (it was prepared without packing "
+        "'documents'), which config.data.document_attention reads; prepare it again with "
+        '--config.data.document_attention=true')
   dtype = record_dtype(manifest['max_seq_length'], manifest['ids_dtype'])
   shards = [_open_shard(directory, entry, dtype, remedy) for entry in manifest['shards']]
   return ExampleStore(directory, manifest, shards, remedy)

@@ -135,7 +135,21 @@ def attention_kernel(implementation: str, dtype, head_dim: int, seq_length: int 
   return 'cudnn' if target == 'gpu' and cudnn_fits else 'einsum'
 
 
-def _splash(query, key, value, input_mask, interpret: bool):
+def is_documents(input_mask) -> bool:
+  """Whether `input_mask` holds document ids ([B, L] ints, 0 for padding), not a boolean mask."""
+  return input_mask.dtype != jnp.bool_
+
+
+def pairs_of(input_mask):
+  """The query-key pairs that may attend, broadcastable to [B, H, Lq, Lk]: from [B, L] keys,
+  [B, L, L] query by key, or [B, L] document ids (a token sees its own document's tokens)."""
+  if is_documents(input_mask):
+    same = input_mask[:, :, None] == input_mask[:, None, :]
+    return (same & (input_mask[:, None, :] != 0))[:, None]
+  return input_mask[:, None, None, :] if input_mask.ndim == 2 else input_mask[:, None]
+
+
+def _splash(query, key, value, input_mask, interpret: bool, window: int = 0):
   """Splash attention on [B, H, L, D], Q scaled by 1/√D, vmapped over the batch.
 
   Chosen over the package's flash_attention for its residuals: flash keeps the softmax's max and
@@ -151,25 +165,29 @@ def _splash(query, key, value, input_mask, interpret: bool):
   sizes = splash.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block,
                             block_q_dkv=block, block_kv_dkv=block, block_kv_dkv_compute=block,
                             use_fused_bwd_kernel=True)
-  # No mask but the padding, which goes in as segment ids.
-  full = masks.MultiHeadMask([masks.FullMask((seq_length, seq_length))] * heads)
-  kernel = splash.make_splash_mha(full, block_sizes=sizes, head_shards=1, q_seq_shards=1,
-                                  interpret=interpret)
+  # The local window is the kernel's mask (it skips the blocks outside the band); padding and
+  # documents go in as segment ids.
+  shape = (seq_length, seq_length)
+  mask = masks.LocalMask(shape, (window // 2, window // 2), 0) if window else masks.FullMask(shape)
+  kernel = splash.make_splash_mha(masks.MultiHeadMask([mask] * heads), block_sizes=sizes,
+                                  head_shards=1, q_seq_shards=1, interpret=interpret)
   kv_segments = input_mask.astype(jnp.int32)
-  segments = splash.SegmentIds(q=jnp.ones_like(kv_segments), kv=kv_segments)
-  return jax.vmap(kernel)(query, key, value, segments)
+  q_segments = kv_segments if is_documents(input_mask) else jnp.ones_like(kv_segments)
+  return jax.vmap(kernel)(query, key, value, splash.SegmentIds(q=q_segments, kv=kv_segments))
 
 
-def pallas_attention(query, key, value, input_mask, interpret: bool = False):
+def pallas_attention(query, key, value, input_mask, interpret: bool = False, window: int = 0):
   """softmax(QKᵀ + padding)V by Pallas's TPU splash attention, on [B, H, L, D] (heads first, Q
   already scaled by 1/√D, as HeadsFirstDense makes them).
 
   The padding goes in as segment ids: every query is in segment 1 and each key in its
   `input_mask` value, so padding keys get exactly zero weight from every query, as the einsum
   path's -10000 bias gives them. (A row with no real key at all differs: uniform weights here,
-  unmasked ones there; no loss reads it.) `interpret`: Pallas's interpret mode, for a CPU.
+  unmasked ones there; no loss reads it.) Document ids (`is_documents`) are both the queries'
+  and the keys' segments. `window` > 0: local attention, window // 2 keys either side.
+  `interpret`: Pallas's interpret mode, for a CPU.
   """
-  splash = functools.partial(_splash, interpret=interpret)
+  splash = functools.partial(_splash, interpret=interpret, window=window)
   mesh = tracing_mesh()
   if mesh is None or mesh.size == 1:
     return splash(query, key, value, input_mask)
@@ -218,14 +236,15 @@ class SelfAttention(nn.Module):
 
   @nn.compact
   def __call__(self, x, input_mask, deterministic: bool):
-    """`input_mask` is [B, L] (the keys each query may attend to: the real tokens) or [B, L, L]
-    (query by key, e.g. a causal mask: Electric's one-directional towers)."""
+    """`input_mask` is [B, L] (the keys each query may attend to: the real tokens), [B, L, L]
+    (query by key, e.g. a causal mask: Electric's one-directional towers) or [B, L] document ids
+    (`pairs_of`)."""
     width = x.shape[-1]
     head_dim = width // self.num_heads
     dropout_off = deterministic or self.attention_dropout_rate == 0.0
     kernel = (attention_kernel(self.implementation, self.dtype, head_dim, x.shape[-2])
               if dropout_off else None)
-    if kernel == 'cudnn' and input_mask.ndim == 3:
+    if kernel == 'cudnn' and (input_mask.ndim == 3 or is_documents(input_mask)):
       kernel = 'xla'  # the cuDNN call below takes padding as lengths, not a query-by-key mask
     if kernel == 'pallas' and input_mask.ndim == 3:
       kernel = 'einsum'  # segment ids cannot say a query-by-key mask
@@ -240,8 +259,7 @@ class SelfAttention(nn.Module):
     dense = lambda name: nn.Dense(width, kernel_init=_init, dtype=self.dtype, name=name)
     query, key, value = (split(dense(n)(x)) for n in ('query', 'key', 'value'))
     # Padding keys get a large negative score, as in BERT: exp() of it underflows to 0.
-    pairs = input_mask[:, None, None, :] if input_mask.ndim == 2 else input_mask[:, None]
-    bias = jnp.where(pairs, 0.0, -10000.0).astype(jnp.float32)
+    bias = jnp.where(pairs_of(input_mask), 0.0, -10000.0).astype(jnp.float32)
     if kernel == 'cudnn':
       lengths = jnp.sum(input_mask, axis=-1, dtype=jnp.int32)
       context = jax.nn.dot_product_attention(query, key, value, key_value_seq_lengths=lengths,

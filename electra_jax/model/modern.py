@@ -18,7 +18,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from electra_jax.model.layers import WordTable, attention_kernel, gelu
+from electra_jax.model.layers import (WordTable, attention_kernel, gelu, is_documents, pairs_of,
+                                      pallas_attention)
 
 NORM_EPS = 1e-5
 _init = nn.initializers.truncated_normal(stddev=0.02)
@@ -51,6 +52,35 @@ def band(length: int, window: int) -> jax.Array:
   return jnp.abs(order[:, None] - order[None, :]) <= window // 2
 
 
+def banded_attention(query, key, value, input_mask, window: int, dropout):
+  """softmax(QKᵀ/√D) V of a local layer in blocks: queries in blocks of window // 2 see their
+  own block and its two neighbours, so the cost grows with the length times the window, not the
+  length squared. [B, L, H, D] in and out; `input_mask` is [B, L] keys or document ids."""
+  batch, length, heads, head_dim = query.shape
+  block = max(1, window // 2)
+  count = -(-length // block)
+  pad = count * block - length
+  along = lambda t, before, after: jnp.pad(t, [(0, 0), (before, after)] + [(0, 0)] * (t.ndim - 2))
+  blocks = lambda t: along(t, 0, pad).reshape(batch, count, block, *t.shape[2:])
+  # Each block's keys: the block before it, itself and the one after (zeros past the ends).
+  around = lambda t: jnp.concatenate([along(t, 1, 0)[:, :-1], t, along(t, 0, 1)[:, 1:]], axis=2)
+  q, k, v = blocks(query), around(blocks(key)), around(blocks(value))
+  positions = jnp.arange(count * block).reshape(count, block)
+  key_positions = around(positions[None])[0]
+  near = jnp.abs(positions[:, :, None] - key_positions[:, None, :]) <= window // 2
+  ids = input_mask.astype(jnp.int32)
+  key_ids, query_ids = around(blocks(ids)), blocks(ids)
+  real = (key_ids != 0)[:, :, None, :] & (key_positions < length)[None, :, None, :]
+  if is_documents(input_mask):
+    real &= query_ids[:, :, :, None] == key_ids[:, :, None, :]
+  pairs = (near[None] & real)[:, :, None]  # [B, blocks, 1, block, 3 block]
+  scores = jnp.einsum('bnqhd,bnkhd->bnhqk', q, k, preferred_element_type=jnp.float32)
+  scores = jnp.where(pairs, scores * head_dim ** -0.5, -1e9)
+  probs = dropout(jax.nn.softmax(scores, axis=-1))
+  context = jnp.einsum('bnhqk,bnkhd->bnqhd', probs.astype(value.dtype), v)
+  return context.reshape(batch, count * block, heads, head_dim)[:, :length]
+
+
 class ModernEmbeddings(WordTable):
   """The word table, a norm and dropout: no position or token-type embeddings (RoPE is in the
   attention); `attend` is the tied decoder."""
@@ -75,9 +105,11 @@ class ModernEmbeddings(WordTable):
 class RotaryAttention(nn.Module):
   """Self-attention with RoPE on Q and K, global or within a band of `window` tokens.
 
-  The einsum path applies the band as a mask; where attention dropout is off, cuDNN takes it
-  natively (jax.nn.dot_product_attention's local_window_size) and XLA as a bias. A query-by-key
-  mask (Electric's towers) goes through einsum or XLA.
+  The einsum path applies the band as a mask; where attention dropout is off, Pallas's splash
+  attention takes it as its local mask (skipping the blocks outside it) on a TPU, cuDNN natively
+  (jax.nn.dot_product_attention's local_window_size) on a GPU, XLA as a bias. Document ids are
+  splash's segment ids; cuDNN gives way to XLA for them and for a query-by-key mask (Electric's
+  towers), which splash gives way to XLA too.
   """
   num_heads: int
   attention_dropout_rate: float
@@ -85,6 +117,7 @@ class RotaryAttention(nn.Module):
   window: int = 0  # 0: global
   dtype: Any = jnp.float32
   implementation: str = 'auto'
+  interpret: bool = False  # the Pallas kernel in Pallas's interpret mode (tests, on a CPU)
 
   @nn.compact
   def __call__(self, x, input_mask, deterministic: bool):
@@ -95,22 +128,29 @@ class RotaryAttention(nn.Module):
                          for t in jnp.split(qkv, 3, axis=-1))
     cos, sin = rope_tables(length, head_dim, self.theta)
     query, key = rotate(query, cos, sin), rotate(key, cos, sin)
-    pairs = input_mask[:, None, None, :] if input_mask.ndim == 2 else input_mask[:, None]
+    pairs = pairs_of(input_mask)
     if self.window:
       pairs = pairs & band(length, self.window)[None, None]
     dropout_off = deterministic or self.attention_dropout_rate == 0.0
     kernel = attention_kernel(self.implementation, self.dtype, head_dim, length) if dropout_off \
         else 'einsum'
-    if kernel == 'pallas':
-      kernel = 'einsum'  # splash's local mask: model/layers.py's kernel takes full masks only
-    if kernel == 'cudnn' and input_mask.ndim == 2:
+    if kernel == 'pallas' and input_mask.ndim == 2:  # splash: the window as its local mask
+      heads_first = lambda t: jnp.einsum('blhd->bhld', t)
+      context = jnp.einsum('bhld->blhd', pallas_attention(
+          heads_first(query * jnp.asarray(head_dim ** -0.5, query.dtype)), heads_first(key),
+          heads_first(value), input_mask, self.interpret, self.window))
+    elif kernel == 'cudnn' and input_mask.ndim == 2 and not is_documents(input_mask):
       half = self.window // 2 if self.window else None
       context = jax.nn.dot_product_attention(
           query, key, value, key_value_seq_lengths=jnp.sum(input_mask, -1, dtype=jnp.int32),
           local_window_size=(half, half) if half else None, implementation='cudnn')
-    elif kernel in ('xla', 'cudnn'):
+    elif kernel in ('xla', 'cudnn', 'pallas'):
       bias = jnp.where(pairs, 0.0, -1e9).astype(jnp.float32)
       context = jax.nn.dot_product_attention(query, key, value, bias=bias, implementation='xla')
+    elif self.window and input_mask.ndim == 2 and length > 2 * self.window:
+      dropout = nn.Dropout(self.attention_dropout_rate)
+      context = banded_attention(query, key, value, input_mask, self.window,
+                                 lambda p: dropout(p, deterministic=deterministic))
     else:
       scores = jnp.einsum('bqhd,bkhd->bhqk', query, key, preferred_element_type=jnp.float32)
       scores = jnp.where(pairs, scores * head_dim ** -0.5, -1e9)

@@ -20,7 +20,8 @@ import jax.numpy as jnp
 import ml_collections
 
 from electra_jax.common.config import generator_depth, generator_heads_and_ffn, generator_width
-from electra_jax.model.layers import DiscriminatorHead, Embeddings, Encoder, MLMHead, glorot_init
+from electra_jax.model.layers import (DiscriminatorHead, Embeddings, Encoder, MLMHead, glorot_init,
+                                      pairs_of)
 from electra_jax.model.modern import ModernEmbeddings, ModernEncoder, ModernHead
 
 
@@ -44,6 +45,8 @@ class ModelConfig:
   global_every: int = 3
   rope_theta: float = 160_000.0
   local_rope_theta: float = 10_000.0
+  # Not a `model` field: data.document_attention, which training sets (train.make_model).
+  document_attention: bool = False
 
   @classmethod
   def of(cls, model: 'ModelConfig | ml_collections.ConfigDict') -> 'ModelConfig':
@@ -93,22 +96,38 @@ def discriminator_head(net: nn.Module) -> DiscriminatorHead | ModernHead:
       else DiscriminatorHead(net.dtype)
 
 
+def documents(config: 'ModelConfig | ml_collections.ConfigDict') -> bool:
+  """Whether tokens attend within their documents only: set through ModelConfig alone (a run's
+  `model` section never holds it)."""
+  return isinstance(config, ModelConfig) and config.document_attention
+
+
+def types_and_mask(config: ModelConfig, input_ids, segment_ids):
+  """(token types, attention mask). With document_attention the packed examples' segment ids
+  are document ids (data/packing.py, 'documents'): one token type, and each token attends its
+  own document's tokens only (layers.pairs_of)."""
+  if documents(config):
+    return jnp.zeros_like(segment_ids), segment_ids.astype(jnp.int32) * (input_ids != 0)
+  return segment_ids, input_ids != 0
+
+
 def masked_lm_logits(embeddings: Embeddings, encoder: Encoder, head: MLMHead, input_ids,
-                     segment_ids, positions, deterministic: bool):
+                     segment_ids, positions, deterministic: bool, config: ModelConfig):
   """MLM logits [B, P, V] (float32) at positions [B, P] only: gathered before the head, as the
   vocabulary projection is a small generator's costliest part."""
-  hidden = encoder(embeddings(input_ids, segment_ids, deterministic), input_ids != 0,
-                   deterministic)
+  types, mask = types_and_mask(config, input_ids, segment_ids)
+  hidden = encoder(embeddings(input_ids, types, deterministic), mask, deterministic)
   hidden = jnp.take_along_axis(hidden, positions[..., None], axis=1)
   hidden, output_bias = head(hidden)
   return embeddings.attend(hidden) + output_bias
 
 
 def replaced_token_logits(embeddings: Embeddings, encoder: Encoder, head: DiscriminatorHead,
-                          input_ids, segment_ids, deterministic: bool, word_delta=None):
+                          input_ids, segment_ids, deterministic: bool, config: ModelConfig,
+                          word_delta=None):
   """The discriminator's replaced-token logits [B, L] (float32), one per position."""
-  hidden = encoder(embeddings(input_ids, segment_ids, deterministic, word_delta), input_ids != 0,
-                   deterministic)
+  types, mask = types_and_mask(config, input_ids, segment_ids)
+  hidden = encoder(embeddings(input_ids, types, deterministic, word_delta), mask, deterministic)
   return head(hidden)
 
 
@@ -158,13 +177,13 @@ class Electra(_Network):
                   else self.embeddings)
     encoder = self.discriminator if self.embedding_sharing == 'all' else self.generator
     return masked_lm_logits(embeddings, encoder, self.generator_head, input_ids, segment_ids,
-                            positions, deterministic)
+                            positions, deterministic, self.config)
 
   def discriminate(self, input_ids, segment_ids, deterministic: bool = True):
     """Replaced-token logits [B, L] (float32), one per position."""
     delta = self.embedding_delta if self.embedding_sharing == 'gdes' else None
     return replaced_token_logits(self.embeddings, self.discriminator, self.discriminator_head,
-                                 input_ids, segment_ids, deterministic, delta)
+                                 input_ids, segment_ids, deterministic, self.config, delta)
 
 
 class Electric(_Network):
@@ -193,13 +212,14 @@ class Electric(_Network):
   def cloze(self, input_ids, segment_ids, deterministic: bool = True):
     """Logits [B, L, V] (float32) of the token at each position given all the others."""
     order = jnp.arange(input_ids.shape[1])
-    keys = (input_ids != 0)[:, None, :]
+    types, mask = types_and_mask(self.config, input_ids, segment_ids)
+    keys = pairs_of(mask)[:, 0] if documents(self.config) else mask[:, None, :]
     forward_mask = (order[None, :] <= order[:, None])[None] & keys   # query t sees keys <= t
     backward_mask = (order[None, :] >= order[:, None])[None] & keys  # and keys >= t
     # Each tower embeds the text itself, as the original's two BertModels do (its own dropout).
-    forward = self.generator_forward(self.embeddings(input_ids, segment_ids, deterministic),
+    forward = self.generator_forward(self.embeddings(input_ids, types, deterministic),
                                      forward_mask, deterministic)
-    backward = self.generator_backward(self.embeddings(input_ids, segment_ids, deterministic),
+    backward = self.generator_backward(self.embeddings(input_ids, types, deterministic),
                                        backward_mask, deterministic)
     # Position t: the forward tower at t-1 and the backward one at t+1 (wrapping around at the
     # ends, as the original's roll does; the ends are [CLS] and [SEP] or padding, never scored).
@@ -210,7 +230,7 @@ class Electric(_Network):
   def discriminate(self, input_ids, segment_ids, deterministic: bool = True):
     """The discriminator head's logits [B, L] (float32), before the noise term."""
     return replaced_token_logits(self.embeddings, self.discriminator, self.discriminator_head,
-                                 input_ids, segment_ids, deterministic)
+                                 input_ids, segment_ids, deterministic, self.config)
 
 
 class Discriminator(_Network):
@@ -225,7 +245,7 @@ class Discriminator(_Network):
     """Replaced-token logits [B, L] (float32); `positions` only matches the others' init call."""
     del positions
     return replaced_token_logits(self.embeddings, self.discriminator, self.discriminator_head,
-                                 input_ids, segment_ids, deterministic)
+                                 input_ids, segment_ids, deterministic, self.config)
 
 
 class MaskedLM(_Network):
@@ -239,7 +259,7 @@ class MaskedLM(_Network):
   def __call__(self, input_ids, segment_ids, positions, deterministic: bool = True):
     """MLM logits [B, P, V] (float32) at the given positions [B, P] only."""
     return masked_lm_logits(self.embeddings, self.discriminator, self.mlm_head, input_ids,
-                            segment_ids, positions, deterministic)
+                            segment_ids, positions, deterministic, self.config)
 
 
 class ReplaceMLM(_Network):
@@ -268,13 +288,14 @@ class ReplaceMLM(_Network):
   def generate(self, input_ids, segment_ids, positions, deterministic: bool = True):
     """The generator's MLM logits [B, P, V] (float32) at the given positions [B, P] only."""
     return masked_lm_logits(self.embeddings, self.generator, self.generator_head, input_ids,
-                            segment_ids, positions, deterministic)
+                            segment_ids, positions, deterministic, self.config)
 
   def predict(self, input_ids, segment_ids, positions, deterministic: bool = True):
     """The discriminator-sized MLM at positions [B, P]: logits [B, P, V] (float32) and, with
     the copy mechanism, copy logits [B, P] (D = sigmoid of them), else None."""
-    hidden = self.discriminator(self.embeddings(input_ids, segment_ids, deterministic),
-                                input_ids != 0, deterministic)
+    types, mask = types_and_mask(self.config, input_ids, segment_ids)
+    hidden = self.discriminator(self.embeddings(input_ids, types, deterministic), mask,
+                                deterministic)
     hidden = jnp.take_along_axis(hidden, positions[..., None], axis=1)
     copy_logits = self.copy_head(hidden)[..., 0] if self.copy_mechanism else None
     projected, output_bias = self.mlm_head(hidden)

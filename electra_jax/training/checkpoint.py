@@ -251,8 +251,9 @@ def _check_objective(name: str, saved: dict, wanted: dict):
 
 def _check_model(name: str, saved: dict, wanted: dict):
   saved_model = config_lib.upgrade(saved).model  # fields added since: the value runs had then
+  extendable = config_lib.EXTENDABLE if wanted['model']['architecture'] == 'modern' else ()
   changed = [f'{k}: checkpoint {saved_model[k]!r}, now {v!r}'
-             for k, v in wanted['model'].items() if saved_model[k] != v]
+             for k, v in wanted['model'].items() if saved_model[k] != v and k not in extendable]
   if changed:
     raise UsageError(f"{name} was written by a different model ({', '.join(changed)}); use a "
                      'new --workdir or the config that run was started with')

@@ -9,6 +9,7 @@ all-reduce. The same code runs on one CPU, N simulated CPU devices, a GPU or a T
 """
 
 import contextlib
+import dataclasses
 import functools
 import os
 import re
@@ -114,7 +115,9 @@ def make_model(config: ml_collections.ConfigDict):
   # Only ELECTRA's pair has the field: the other networks share nothing or have one network.
   sharing = config.embedding_sharing
   extra = {} if sharing == 'shared' else {'embedding_sharing': sharing}
-  return objective.get(config).model(networks.ModelConfig.of(config.model),
+  model = dataclasses.replace(networks.ModelConfig.of(config.model),
+                              document_attention=config.data.document_attention)
+  return objective.get(config).model(model,
                                      dtype=DTYPES[config.dtype], remat=config.remat,
                                      attention=config.attention, **extra)
 

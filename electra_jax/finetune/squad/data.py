@@ -99,16 +99,16 @@ def read(path: str, answerable_only: bool = False, max_articles: int = 0) -> Squ
   contexts, questions, seen = [], [], set()
   articles = _load_json(path)
   for article in articles[:max_articles] if max_articles > 0 else articles:
+    title = article.get('title', '?')  # for messages; SQuAD's articles have one
     for paragraph in article['paragraphs'] if 'paragraphs' in article else ():
       if not _has(paragraph, 'context', str):
-        raise UsageError(f"'{path}': a paragraph of '{article.get('title', '?')}' has no "
-                         "'context' text")
+        raise UsageError(f"'{path}': a paragraph of '{title}' has no 'context' text")
       context = paragraph['context']
       number = len(contexts)
       contexts.append(split_words(context))
       for qa in paragraph['qas'] if 'qas' in paragraph else ():
         if not _has(qa, 'id', str) or not _has(qa, 'question', str):
-          raise UsageError(f"'{path}': a question of '{article.get('title', '?')}' lacks an "
+          raise UsageError(f"'{path}': a question of '{title}' lacks an "
                            "'id' or its 'question' text")
         qid = qa['id']
         if qid in seen:
