@@ -185,6 +185,7 @@ def test_long_bert_is_refused_naming_modern_and_packing_must_agree():
   config_lib.validate(config, 1)
 
 
+@pytest.mark.slow  # run with -m slow (about 30 s of a 2-core CI machine)
 def test_context_extension_continues_a_modern_run_longer_with_a_new_rope_base(corpus, tmp_path):
   """A modern run trained at 32 tokens continues at 64 with a new global RoPE base, its weights
   and optimizer state restored (docs/training.md, 'Long sequences'); a 'bert' run may not."""

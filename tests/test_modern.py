@@ -230,6 +230,7 @@ def test_banded_local_attention_equals_the_dense_band(documents):
                              rtol=1e-5)
 
 
+@pytest.mark.slow  # run with -m slow (about 30 s of a 2-core CI machine)
 def test_an_8192_token_step_trains_and_local_layers_cost_the_window():
   """ModernBERT's length on a CPU: a tiny modern encoder at 8,192 tokens computes finite outputs
   and gradients, and XLA's FLOP count of a local layer grows with the window, not with L²."""

@@ -134,11 +134,12 @@ FIELDS = {
 
     'data.train_files': Field('', 'comma-separated paths or globs of UTF-8 text files'),
     'data.eval_files': Field('', "same, for evaluation ('' = no evaluation)"),
-    'data.sources': Field('', "instead of train_files: 'tfds:NAME[/CONFIG][:SPLIT[:FEATURE]]' or "
-                          "file globs; '@WEIGHT' mixes"),
+    'data.sources': Field('', "instead of train_files: 'tfds:NAME[/CONFIG][:SPLIT[:FEATURE]]', "
+                          "'hf:NAME_OR_PATH[/CONFIG][:SPLIT]' or file globs; '@WEIGHT' mixes"),
     'data.eval_sources': Field('', 'same, for evaluation, instead of eval_files'),
     'data.tfds_data_dir': Field('', "TFDS data_dir (local or gs://); '' = TFDS's default"),
-    'data.text_field': Field('text', 'the field of each .jsonl record that holds the document'),
+    'data.text_field': Field('text', 'the field of each JSON lines record, parquet row or hf: row '
+                             'that holds the document'),
     'data.text_format': Field('auto', "'lines', 'gutenberg', 'wikiextractor', 'wikitext'; 'auto' "
                               'per file'),
     'data.packing': Field('auto', "'original' (what does not fit is dropped), 'fill', "
