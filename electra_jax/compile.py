@@ -8,7 +8,8 @@ v4-32, ...) from the same config, and one JSON line reports what it will cost th
 (training/aot.py): bytes per chip against HBM, the largest per-chip batch that fits with and
 without remat, XLA's FLOPs and bytes next to training/flops.py's, a roofline lower bound on the
 step time, the collectives, and the compile time. --step=finetune compiles the fine-tuning step
-instead (configs/finetune/glue.py's recipe on --config's model).
+instead (configs/finetune/glue.py's recipe on --config's model). A few lines before the JSON
+say the gist: whether it fits, what bounds the step, the MFU ceiling.
 """
 
 import json
@@ -46,13 +47,14 @@ def main(argv):
   # Compiling for a described slice needs no accelerator here; keep JAX off any local one.
   jax.config.update('jax_platforms', 'cpu')
   # pylint: disable=g-import-not-at-top  (keeps --help fast)
+  from electra_jax.training import aot
   if _STEP.value == 'pretrain':
-    from electra_jax.training import aot
     record = cli.run(aot.compile_pretraining, _CONFIG.value, _TOPOLOGY.value, _SEARCH.value)
   else:
-    from electra_jax.finetune import aot
-    record = cli.run(aot.compile_finetuning, _CONFIG.value.model, _FINETUNE_CONFIG.value,
+    from electra_jax.finetune import aot as finetune_aot
+    record = cli.run(finetune_aot.compile_finetuning, _CONFIG.value.model, _FINETUNE_CONFIG.value,
                      _TOPOLOGY.value, _FINETUNE_EXAMPLES.value)
+  print(aot.summary(record))  # for a person; the JSON line last, for scripts
   print(json.dumps(record), flush=True)
 
 

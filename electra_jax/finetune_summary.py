@@ -58,6 +58,15 @@ def glue_table(results: list[dict]) -> list[str]:
   return lines
 
 
+def majority_text(result: dict, split: str) -> str:
+  """' (majority class 68.4, 81.2)' after a GLUE split's scores: the floor they must clear."""
+  majority = result['majority_class'] if 'majority_class' in result else None
+  if not majority:  # STS-B, SQuAD, chunking, or a run from before it was recorded
+    return ''
+  scale = percent(result['task'])
+  return ' (majority class ' + ', '.join(f'{scale * v:.1f}' for v in majority[split].values()) + ')'
+
+
 def run_table(directories: list[str], results: list[dict]) -> list[str]:
   lines = ['| run | task | init_from | seeds | median | per seed (score) | steps x batch |',
            '|---|---|---|---|---|---|---|']
@@ -66,7 +75,7 @@ def run_table(directories: list[str], results: list[dict]) -> list[str]:
     scale = percent(result['task'])
     median = '; '.join(f'{s} ' + ', '.join(f'{k} {scale * v:.1f}' for k, v in values.items()
                                            if k != 'total')
-                       for s, values in result['median'].items())
+                       + majority_text(result, s) for s, values in result['median'].items())
     seeds = ', '.join(f'{seed}: {scale * scores[split][metric]:.1f}'
                       for seed, scores in result['seeds'].items())
     budget = result['budget']

@@ -106,6 +106,32 @@ def test_pallas_kernels_flops_come_from_their_shapes_unless_xla_had_an_estimate(
   assert kernels['kernels']['flash_attention']['bytes'] == 4 * q_bytes  # Q, K, V read, O written
 
 
+def test_the_summary_says_whether_it_fits_what_bounds_the_step_and_the_mfu_ceiling():
+  """The command printed only a ~2,000-character JSON line, 'fits' buried inside it."""
+  record = {'step': 'pretrain', 'topology': 'v4-8', 'chips': 4, 'device_kind': 'TPU v4',
+            'per_chip_batch': 64.0, 'max_seq_length': 512,
+            'bytes_per_chip': {'total': 25.9 * aot.GIB, 'hbm': 32 * aot.GIB, 'fits': True},
+            'roofline': {'compute_s': 0.2093, 'memory_s': 0.2383, 'step_s_lower_bound': 0.2383,
+                         'bound_by': 'memory', 'mfu_ceiling': 0.334},
+            'largest_per_chip_batch': {'remat_off': {'per_chip_batch': 72},
+                                       'remat_on': {'per_chip_batch': 224}}}
+  assert aot.summary(record).splitlines() == [
+      "fits: 25.90 GiB per chip of the TPU v4's 32.00 GiB HBM (81%); pretrain step on v4-8 "
+      '(4 chips, 64 sequences of 512 per chip)',
+      'bound by memory: a step takes at least 238 ms (compute 209 ms, HBM traffic 238 ms), so '
+      'MFU is at most 33%',
+      'largest per-chip batch that fits: 72 without remat, 224 with']
+  error = ('RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO '
+           'temporaries (409.32G) exceeds available HBM (30.75G).')
+  record.update(per_chip_batch=512.0, bytes_per_chip={'hbm': 32 * aot.GIB, 'fits': False,
+                                                      'error': error})
+  del record['roofline'], record['largest_per_chip_batch']
+  assert aot.summary(record).splitlines() == [
+      f"does NOT fit: out of the TPU v4's 32.00 GiB HBM per chip ({error}); pretrain step on "
+      'v4-8 (4 chips, 512 sequences of 512 per chip)',
+      'fewer sequences per chip (--config.batch_size) or --config.remat=true may fit']
+
+
 @requires_libtpu
 def test_topology_compiles_stay_out_of_the_persistent_compilation_cache(tmp_path):
   """A TPU executable compiled here cannot be read back on this CPU host, so none is written.
@@ -170,6 +196,7 @@ def test_tiny_compiles_for_v4_8_and_reports_what_it_costs(tiny_on_v4_8):
   roofline = record['roofline']
   assert roofline['step_s_lower_bound'] == max(roofline['compute_s'], roofline['memory_s'])
   assert 0 < roofline['mfu_ceiling'] <= 1
+  assert aot.summary(record).startswith('fits: ') and 'so MFU is at most' in aot.summary(record)
 
 
 @requires_libtpu
@@ -245,7 +272,9 @@ def test_rbg_makes_every_chips_bits_on_each_chip_unless_libtpu_is_told_to_partit
   # libtpu, told there is no TPU to look for, prints no errors about one
   # (aot.quiet_libtpu_without_a_tpu).
   assert 'INVALID_ARGUMENT' not in flagged.stderr and 'could not determine' not in flagged.stderr
-  share = json.loads(flagged.stdout.strip().splitlines()[-1])
+  *summary, last = flagged.stdout.strip().splitlines()
+  share = json.loads(last)
+  assert summary == aot.summary(share).splitlines()  # the gist, then the JSON line for scripts
   words = share['rng_bit_generator_elements_per_chip']
   # Hidden dropout alone draws a word per activation of the chip's 4 sequences.
   assert words >= 4 * config.max_seq_length * config.model.hidden_size

@@ -274,3 +274,41 @@ def test_peer_runs_two_eager_steps():
   assert set(RECORD_FIELDS) <= set(record)
   assert record['steps'] == 2 and np.isfinite(record['final_loss'])
   assert record['model_flops_per_step'] == 3 * 239_452_160
+
+
+def modern_hand_sized_config():
+  """The modern design at W 64 (2 heads, GeGLU 96), 4 layers (0 and 3 global), window 8;
+  a generator as wide and half as deep; 8 x 32 tokens, vocab 300."""
+  config = hand_sized_config()
+  config.model.update(architecture='modern', embedding_size=64, hidden_size=64, num_heads=2,
+                      intermediate_size=96, num_layers=4, local_window=8, global_every=3,
+                      generator_hidden_size=1.0, generator_layers=0.5)
+  return config
+
+
+def test_modern_flops_match_a_hand_count():
+  # T = 256, P = 32; local layers see 2 * (8 // 2) + 1 = 9 keys, global ones all 32.
+  layer = 2 * 256 * (4 * 64 * 64 + 3 * 64 * 96)  # Q, K, V, output; GeGLU's W -> 2F -> W
+  expected = {
+      'generator': 2 * layer,                                    # 2 layers: 0 global, 1 local
+      'generator_attention': 2 * 2 * 256 * (32 + 9) * 64,
+      'generator_head': 2 * 32 * 64 * 64,
+      'vocabulary_projection': 2 * 32 * 64 * 300,
+      'discriminator': 4 * layer,
+      'discriminator_attention': 2 * 2 * 256 * (2 * 32 + 2 * 9) * 64,
+      'discriminator_head': 2 * 256 * 64 * 64 + 2 * 256 * 64,
+  }
+  assert flops.forward_flops(modern_hand_sized_config()) == expected
+
+
+def test_modern_flops_are_the_bulk_of_what_xla_counts():
+  """Past 2 x window a local layer attends in blocks (three half-windows of keys a query), so
+  XLA's count stays near ours, which gives it the window's keys alone."""
+  config = modern_hand_sized_config()
+  config.max_seq_length = 64
+  compiled, _ = compile_train_step(config)
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, list) else cost
+  ratio = cost['flops'] / flops.train_step_flops(config)
+  print(f'XLA counts {cost["flops"]:.3e} FLOPs, {ratio:.2f}x ours')
+  assert 1.0 <= ratio <= 1.5

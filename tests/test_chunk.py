@@ -179,3 +179,16 @@ def test_bad_conll_input_is_one_clear_error(tmp_path):
   config.task = 'squad_v1'
   with pytest.raises(UsageError, match=r'squad task: pass --config=configs/finetune/squad.py'):
     run.fine_tune(config, str(tmp_path / 'out'))
+
+
+def test_text_that_is_not_conll_is_refused_at_its_first_line():
+  """GLUE's TSV trained as "1 training sentences, 35 labels" (each line's last word a tag), F1 0."""
+  for task, first_line in (('SST-2', "'sentence\\tlabel' is not CoNLL: it ends in 'label'"),
+                           ('MRPC', "'\\ufeffQuality\\t#1 ID\\t#2 ID\\t#1 String\\t#2 String' "
+                                    "is not CoNLL: it ends in 'String'")):
+    glue = str(real(SHARED_DATA / 'glue' / task / 'train.tsv'))
+    with pytest.raises(UsageError) as refused:
+      chunk_data.read(glue)
+    assert str(refused.value) == (
+        f"'{glue}' line 1: {first_line}, no chunk tag (B-NP, I-VP, O); chunking reads 'WORD POS "
+        "CHUNK' lines, a blank line between sentences (the CoNLL-2000 files)")

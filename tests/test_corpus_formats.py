@@ -8,6 +8,7 @@ path a Hub dataset takes (datasets' streaming builder, a unit per shard), and a 
 the network must fail in one line.
 """
 
+import gzip
 import json
 import os
 import shutil
@@ -33,6 +34,7 @@ UNIT_BYTES = 20_000
 KINDS = {  # What each kind of source is named, and what its units are.
     'parquet': ('{root}/wiki.parquet', 'parquet'),
     'jsonl.zst': ('{root}/wiki.jsonl.zst', 'jsonl'),
+    'jsonl.gz': ('{root}/wiki.jsonl.gz', 'jsonl'),
     'txt.zst': ('{root}/plain.txt.zst', 'text'),
     'hf: save_to_disk': ('hf:{root}/saved', 'hf_rows'),
     'hf: folder of parquet': ('hf:{root}/folder', 'hf_shard'),
@@ -58,6 +60,7 @@ def write_corpus(root, records):
   lines = ''.join(json.dumps({'id': i, 'text': t}) + '\n' for i, t in enumerate(records)).encode()
   cut = lines.index(b'\n', len(lines) // 2) + 1  # Two frames, as parallel compressors write.
   (root / 'wiki.jsonl.zst').write_bytes(zstd(lines[:cut]) + zstd(lines[cut:]))
+  (root / 'wiki.jsonl.gz').write_bytes(gzip.compress(lines))
   dataset = datasets.Dataset.from_dict({'id': ids, 'text': records})
   datasets.DatasetDict({'train': dataset, 'test': dataset.select(range(10))}).save_to_disk(
       str(root / 'saved'), max_shard_size='40KB')
@@ -111,7 +114,7 @@ def test_each_kind_reads_back_the_documents_of_the_plain_text(corpus, kind):
     assert units[-1].stop == rows
   elif unit_kind == 'hf_shard':  # A streamed dataset's unit is a shard: here a file.
     assert [(u.start, u.stop) for u in units] == [(0, 1), (1, 2), (2, 3)]
-  else:  # A zstd stream cannot be entered midway: a file is one unit, as a .gz is.
+  else:  # A zstd or gzip stream cannot be entered midway: a file is one unit.
     assert [(u.start, u.stop) for u in units] == [(0, None)]
 
 
@@ -280,14 +283,16 @@ def test_prepared_data_is_reused_until_a_source_changes(corpus, vocab, tmp_path,
 # ----------------------------------------------------------------------------- training
 
 
-def test_a_mixture_of_parquet_and_zstd_json_lines_trains_and_resumes_through_main(
-    corpus, tmp_path):
+def test_a_mixture_of_every_kind_trains_and_resumes_through_main(corpus, tmp_path):
+  """Parquet, JSON lines in zstd and gzip, text, a save_to_disk dataset and an hf: folder."""
   root, _ = corpus
   workdir = tmp_path / 'run'
   command = lambda steps: [
       sys.executable, '-m', 'electra_jax.main', f'--config={REPO / "configs" / "tiny.py"}',
       f'--workdir={workdir}',
-      f'--config.data.sources={root}/wiki.parquet@0.7,{root}/wiki.jsonl.zst@0.3',
+      f'--config.data.sources={root}/wiki.parquet@0.25,{root}/wiki.jsonl.zst@0.15,'
+      f'{root}/wiki.jsonl.gz@0.15,{root}/plain.txt@0.15,hf:{root}/saved@0.15,'
+      f'hf:{root}/folder@0.15',
       '--config.batch_size=16', '--config.max_seq_length=64', '--config.model.vocab_size=1000',
       '--config.warmup_steps=2', f'--config.num_train_steps={steps}', '--config.log_every=2',
       '--config.save_every=2', '--config.eval_every=0', '--config.data.prepare_workers=1']
@@ -298,8 +303,11 @@ def test_a_mixture_of_parquet_and_zstd_json_lines_trains_and_resumes_through_mai
   assert first.returncode == 0, first.stderr[-3000:]
   manifest = json.loads((workdir / 'data' / 'train' / 'manifest.json').read_text())
   assert manifest['sources'][0]['spec'].endswith('wiki.parquet')
-  assert [s['weight'] for s in manifest['sources']] == [0.7, 0.3]
+  assert [s['weight'] for s in manifest['sources']] == [0.25] + [0.15] * 5
   assert all(s['examples'] > 100 for s in manifest['sources'])
+  # A unit each but the folder's: one per file. The hf: sources are known by their data files.
+  assert [s['source'] for s in manifest['shards']] == [0, 1, 2, 3, 4, 5, 5, 5]
+  assert [len(s['hf']['files']) for s in manifest['key']['sources'][4:]] == [4, 3]
   prepared = tree_digest(workdir / 'data')
 
   resumed = run(6)  # Resumed: the prepared examples are the ones the first steps read.

@@ -20,7 +20,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from conftest import REPO, error_line, load_config, tree_digest
-from electra_jax.training import checkpoint, train
+from electra_jax.training import checkpoint, report, train
 from electra_jax.common import config as config_lib, run_lock
 from electra_jax.training import optim as pretrain_optim
 from electra_jax.common.errors import UsageError
@@ -260,6 +260,28 @@ def test_fine_tuning_numbers_outside_their_meaning_are_refused():
 
 # ---- the training loop ----------------------------------------------------------------------
 
+def test_a_score_at_or_below_the_majority_class_is_warned_of():
+  """MRPC 59.1 against the 68.4 of labelling every dev pair 'equivalent' said nothing; now the
+  majority class is scored on the dev labels and a median that does not beat it is warned of."""
+  task = tasks.get_task('MRPC')
+  labels = {'MRPC': np.array([1] * 279 + [0] * 129)}  # MRPC dev's counts
+  majority = glue_run.majority_class(task, labels)
+  assert majority == {'MRPC': {'accuracy': pytest.approx(0.6838, abs=1e-4),
+                               'f1': pytest.approx(0.8122, abs=1e-4)}}
+  below = {'MRPC': {'accuracy': 0.591, 'f1': 0.70}}
+  assert glue_run.at_or_below_majority(task, below, majority, labels) == [
+      "MRPC MRPC accuracy 0.5910 is at or below the majority class's 0.6838 (every example "
+      "labelled '1'): the model learned nothing beyond the label counts; pretrain longer, or "
+      'try another learning rate or more epochs']
+  above = {'MRPC': {'accuracy': 0.72, 'f1': 0.80}}
+  assert glue_run.at_or_below_majority(task, above, majority, labels) == []
+  assert glue_run.majority_class(tasks.get_task('STS-B'), {'STS-B': np.ones(3)}) is None
+  assert tasks.majority_label([1, 0, 0, 1]) == 0  # a tie: the lowest class
+  # Predictions in the loop log how far they are, with an ETA.
+  assert loop.progress('dev windows', 1280, 10833, 60.0) == \
+      '1,280/10,833 dev windows (12%), eta 7m27s'
+
+
 def test_batches_gathered_on_the_devices_are_those_of_batch_order():
   """Each step's rows, sliced from the order sharded over 4 devices, are order[step] exactly;
   the order is a fresh permutation of the examples every epoch."""
@@ -413,6 +435,17 @@ def test_fine_tune_from_a_pretraining_run(files, pretraining_run, tmp_path, capl
   assert saved['submission_seed'] in (1, 3)
   records = [json.loads(line) for line in (out / 'metrics.jsonl').read_text().splitlines()]
   assert [r['step'] for r in records if r['seed'] == 3] == [4, 8]
+  # Each step line has its progress and an ETA: seed 3's steps left and all of seed 1's.
+  steps = [r.getMessage() for r in caplog.records if ' steps/s | eta ' in r.getMessage()]
+  assert [line.split(' |')[0] for line in steps] == [
+      'seed 3 step 4/8', 'seed 3 step 8/8', 'seed 1 step 4/8', 'seed 1 step 8/8']
+  record = records[0]
+  assert steps[0].endswith(f" | eta {report.format_duration(12 / record['steps_per_s'])}")
+  assert steps[-1].endswith(' | eta 0m00s')
+  # The majority class's scores beside the median (12 dev pairs, half of them labelled '1').
+  assert saved['majority_class'] == {'MRPC': {'accuracy': 0.5, 'f1': 0.0}}
+  assert (f"MRPC: median {loop.format_scores(saved['median'])}; majority class MRPC accuracy "
+          '0.5000, f1 0.0000') in caplog.text
 
   # init_step 0 (the run's latest) is recorded as the step it was: once the run has saved a later
   # checkpoint, the same command must not resume these seeds as if they had begun from that one.
@@ -502,6 +535,7 @@ def test_random_init_regression(files, tmp_path):
   assert summary['init'] == 'random initialisation' and summary['budget']['steps'] == 8
   assert set(summary['median']['STS-B']) == {'spearman', 'pearson'}
   assert summary['score_metric'] == 'STS-B spearman'
+  assert summary['majority_class'] is None  # a regression has no majority class
   assert not (tmp_path / 'stsb' / 'STS-B.tsv').exists()  # this folder has no test split
   # Run again on the finished workdir: each seed resumes at its last step, trains no step, and
   # reports the same scores (it used to stop on the compiled-once guard: 0 programs). Its

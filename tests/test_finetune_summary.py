@@ -28,7 +28,8 @@ def results(task, metric, values, split='dev'):
 def test_each_task_is_shown_in_percent_once(tmp_path):
   runs = {'squad': results('squad_v1', 'f1', {'exact_match': 3.0370, 'f1': 7.8829}),
           'chunk': results('chunk', 'f1', {'f1': 54.384}, 'eval'),
-          'mrpc': results('MRPC', 'accuracy', {'accuracy': 0.684, 'f1': 0.812}, 'MRPC')}
+          'mrpc': results('MRPC', 'accuracy', {'accuracy': 0.591, 'f1': 0.7}, 'MRPC')}
+  runs['mrpc']['majority_class'] = {'MRPC': {'accuracy': 0.684, 'f1': 0.812}}
   for name, result in runs.items():
     (tmp_path / name).mkdir()
     (tmp_path / name / 'results.json').write_text(json.dumps(result))
@@ -37,8 +38,9 @@ def test_each_task_is_shown_in_percent_once(tmp_path):
                          text=True, check=True).stdout
   assert 'dev exact_match 3.0, f1 7.9' in shown and '0: 7.9' in shown
   assert 'eval f1 54.4' in shown and '0: 54.4' in shown
-  assert 'MRPC accuracy 68.4, f1 81.2' in shown
-  assert '| runs/tiny |  |  | 68.4/81.2 |' in shown  # the GLUE table's MRPC cell
+  # The majority class's scores beside the median: MRPC 59.1 is below them.
+  assert 'MRPC accuracy 59.1, f1 70.0 (majority class 68.4, 81.2)' in shown
+  assert '| runs/tiny |  |  | 59.1/70.0 |' in shown  # the GLUE table's MRPC cell
   assert '303.7' not in shown and '5438.4' not in shown
 
 

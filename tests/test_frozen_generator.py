@@ -161,7 +161,7 @@ def test_the_run_exports_and_fine_tunes(frozen_run, mlm_source, tmp_path):
   np.testing.assert_array_equal(generator.electra.embeddings.word_embeddings.weight.detach().numpy(),
                                 mlm['embeddings']['word_embeddings']['embedding'])
   # A discriminator directory is no generator source.
-  with pytest.raises(UsageError, match='holds an ElectraForPreTraining'):
+  with pytest.raises(UsageError, match='holds a discriminator or an encoder without an MLM head'):
     importing.read_generator(str(tmp_path / 'hf' / 'discriminator'), run_config(None).model)
 
   # GLUE fine-tuning starts from the discriminator, and runs (a slice of real MRPC).
@@ -233,8 +233,9 @@ def test_a_generator_of_another_vocabulary_is_refused_before_anything_is_written
     mlm_source, corpus, tmp_path):
   other = tmp_path / 'other.txt'
   other.write_text('\n'.join(['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'the', 'a']) + '\n')
+  (tmp_path / 'x.txt').write_text('The corpus, which must exist: it is checked first.\n')
   config = frozen_config(None, mlm_source, **{'data.vocab_model': str(other),
-                                              'data.train_files': 'x.txt'})
+                                              'data.train_files': str(tmp_path / 'x.txt')})
   workdir = tmp_path / 'run'
   with pytest.raises(UsageError, match=f"trained on the vocabulary {mlm_source}/vocab.model, and "
                                        f'this run reads another, {other}.*--config.data.'

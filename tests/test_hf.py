@@ -290,6 +290,10 @@ def test_each_export_carries_a_model_card_the_hub_reads(trained, wikitext):
     compute = TRAIN_STEPS * flops.train_step_flops(config)
     assert f'| pretraining compute | {compute:.3g} FLOPs' in card
     assert '| training text | `wiki.valid.raw` |' in card
+    # The generator's card loads it to fill masks, not as a classifier (it said so before).
+    fills_masks = network == 'generator'
+    assert ('Load it with `AutoModelForMaskedLM`' in card) == fills_masks
+    assert ('`AutoModelForSequenceClassification`' in card) != fills_masks
     assert str(wikitext) not in card and str(workdir) not in card  # no local paths
     assert 'held-out' not in card  # this run never evaluated
     assert card.endswith("The training text's language and the model's license are not "
@@ -335,6 +339,8 @@ def test_a_model_card_quotes_the_last_evaluation_up_to_the_exported_step(tmp_pat
           'loss 3.5000 |') in card
   assert '| training text | `*.txt`, `books` |' in card and '/home/me' not in card
   assert '- mlm\npipeline_tag: fill-mask\n---\n\n# A masked language model, pretrained' in card
+  assert ('Load it with `AutoModelForMaskedLM` to fill masks, or with '
+          '`AutoModelForSequenceClassification`') in card  # a BERT baseline does both
 
 
 def masked_word_texts(vocab, count, seed=0):

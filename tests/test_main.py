@@ -49,15 +49,18 @@ def metrics(workdir):
   return {m['step']: m for m in map(json.loads, lines) if 'loss' in m}
 
 
+def finished_run_flags(wikitext):
+  return ['--config.num_train_steps=60', '--config.eval_every=30', '--config.eval_steps=2',
+          '--config.keep_checkpoints=2', '--config.stall_check_after=30',
+          f'--config.data.eval_files={wikitext / "wiki.test.raw"}']
+
+
 @pytest.fixture(scope='module')
 def finished_run(tmp_path_factory, wikitext):
   """An uninterrupted 60-step run, with evaluation every 30 steps, checked for a discriminator at
   chance from step 30 on; its log is kept beside it, as <workdir>.stderr."""
   workdir = tmp_path_factory.mktemp('uninterrupted')
-  result = run(workdir, '--config.num_train_steps=60', '--config.eval_every=30',
-               '--config.eval_steps=2', '--config.keep_checkpoints=2',
-               '--config.stall_check_after=30',
-               f'--config.data.eval_files={wikitext / "wiki.test.raw"}')
+  result = run(workdir, *finished_run_flags(wikitext))
   workdir.with_name(workdir.name + '.stderr').write_text(result.stderr)
   return workdir
 
@@ -78,6 +81,27 @@ def test_run_writes_checkpoints_metrics_and_events(finished_run):
   # Learning happens: the generator's MLM accuracy and loss improve well past the first window.
   assert logged[60]['mlm_accuracy'] > logged[10]['mlm_accuracy'] + 0.02
   assert logged[60]['mlm_loss'] < logged[10]['mlm_loss'] - 0.5
+
+
+def test_a_finished_run_names_its_checkpoint_and_next_steps_and_says_so_when_rerun(
+    finished_run, tmp_path, wikitext):
+  """A rerun logged 'resuming at step 60 of 60' and exited; neither said what comes next."""
+  def next_steps(workdir):
+    return (f'its checkpoint is {workdir}/checkpoints/60. Next, fine-tune it (GLUE MRPC here; '
+            'other tasks in docs/finetuning.md):\n  python -m electra_jax.finetune '
+            '--config=configs/finetune/glue.py --config.task=MRPC --config.data_dir=GLUE_DIR '
+            f'--config.init_from={workdir} --workdir={workdir}/finetune/MRPC\nor export it to '
+            f'Hugging Face transformers:\n  python -m electra_jax.export --workdir={workdir} '
+            f'--out={workdir}/hf')
+  log = finished_run.with_name(finished_run.name + '.stderr').read_text()
+  assert (f'the run in {finished_run} is finished (step 60 of 60); '
+          f'{next_steps(finished_run)}') in log
+  workdir = tmp_path / 'finished'
+  shutil.copytree(finished_run, workdir)
+  again = run(workdir, *finished_run_flags(wikitext)).stderr  # the same command
+  assert (f'the run in {workdir} is already finished: raise --config.num_train_steps to train '
+          f'on (step 60 of 60); {next_steps(workdir)}') in again
+  assert 'resuming at step' not in again and metrics(workdir) == metrics(finished_run)
 
 
 def test_killed_run_resumes_to_identical_losses(finished_run, tmp_path):

@@ -5,10 +5,12 @@ past one local window, within 1e-4 in float32."""
 import os
 import subprocess
 import sys
+import types
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
@@ -26,12 +28,13 @@ class Net(nn.Module):
   """Embeddings, a modern encoder and a head: one ModernBERT network, as networks.py composes
   them."""
   mlm: bool
+  dtype: jnp.dtype = jnp.float32
 
   def setup(self):
-    self.embeddings = modern.ModernEmbeddings(VOCAB, WIDTH, 0.0)
+    self.embeddings = modern.ModernEmbeddings(VOCAB, WIDTH, 0.0, self.dtype)
     self.encoder = modern.ModernEncoder(WIDTH, LAYERS, HEADS, FFN, 0.0, 0.0, WINDOW, 3,
-                                        160_000.0, 10_000.0, attention='einsum')
-    self.head = modern.ModernHead(WIDTH, VOCAB if self.mlm else 0)
+                                        160_000.0, 10_000.0, self.dtype, attention='einsum')
+    self.head = modern.ModernHead(WIDTH, VOCAB if self.mlm else 0, self.dtype)
 
   def __call__(self, ids):
     hidden = self.encoder(self.embeddings(ids, ids, True), ids != 0, True)
@@ -39,6 +42,18 @@ class Net(nn.Module):
       return self.head(hidden)
     projected, bias = self.head(hidden)
     return self.embeddings.attend(projected) + bias
+
+
+def assert_ours_match(params, mlm: bool, ids, want):
+  """Our logits within 1e-4 of transformers' (float32) in float32, and within 2e-2 computed in
+  bfloat16 (parameters float32, as training keeps them)."""
+  real = ids != 0
+  for dtype, tolerance in ((jnp.float32, 1e-4), (jnp.bfloat16, 2e-2)):
+    got = np.asarray(Net(mlm, dtype).apply({'params': params}, jnp.asarray(ids, jnp.int32)),
+                     np.float32)
+    print(f'{jnp.dtype(dtype).name}: max |ours - transformers| '
+          f'{np.abs(got[real] - want[real]).max():.2e}')
+    np.testing.assert_allclose(got[real], want[real], atol=tolerance, rtol=tolerance)
 
 
 def hf_model(mlm: bool):
@@ -68,10 +83,8 @@ def test_transformers_weights_give_transformers_logits(mlm):
   ids = batch()
   with torch.no_grad():
     want = reference(torch.tensor(ids), attention_mask=torch.tensor(ids != 0)).logits.numpy()
-  got = np.asarray(Net(mlm).apply({'params': params}, jnp.asarray(ids, jnp.int32)))
   want = want if mlm else want[..., 0]
-  real = ids != 0
-  np.testing.assert_allclose(got[real], want[real], atol=1e-4, rtol=1e-4)
+  assert_ours_match(params, mlm, ids, want)
 
 
 @pytest.mark.parametrize('mlm', [False, True], ids=['token_classification', 'masked_lm'])
@@ -91,10 +104,8 @@ def test_our_weights_load_into_transformers_and_give_our_logits(mlm):
   assert not unexpected and not missing, (missing, unexpected)
   with torch.no_grad():
     want = reference(torch.tensor(ids), attention_mask=torch.tensor(ids != 0)).logits.numpy()
-  got = np.asarray(Net(mlm).apply({'params': params}, jnp.asarray(ids, jnp.int32)))
   want = want if mlm else want[..., 0]
-  real = ids != 0
-  np.testing.assert_allclose(got[real], want[real], atol=1e-4, rtol=1e-4)
+  assert_ours_match(params, mlm, ids, want)
 
 
 def test_a_local_layer_sees_only_its_window():
@@ -255,3 +266,69 @@ def test_an_8192_token_step_trains_and_local_layers_cost_the_window():
   params = encoder.init(jax.random.key(3), x, ids != 0, True)
   loss, grads = jax.value_and_grad(lambda p: encoder.apply(p, x, ids != 0, True).sum())(params)
   assert np.isfinite(float(loss)) and all(np.isfinite(g).all() for g in jax.tree.leaves(grads))
+
+
+def finetuned_config(pooling='cls'):
+  from electra_jax.common.config import default_config  # pylint: disable=g-import-not-at-top
+  model = default_config().model
+  model.update(architecture='modern', vocab_size=VOCAB, embedding_size=WIDTH, hidden_size=WIDTH,
+               num_layers=LAYERS, num_heads=HEADS, intermediate_size=FFN, local_window=WINDOW,
+               dropout_rate=0.0, attention_dropout_rate=0.0)
+  return ml_collections.ConfigDict({'model': model, 'task': 'MRPC', 'pooling': pooling,
+                                    'head_dropout': 0.1})
+
+
+@pytest.mark.parametrize('network,pooling', [('sequence', 'cls'), ('sequence', 'mean'),
+                                             ('tagger', 'cls'), ('qa', 'cls')])
+def test_finetuned_heads_export_as_modernberts_task_classes(network, pooling, tmp_path):
+  """Each family's head on a modern encoder, written as finetune/export.py writes a seed, is
+  transformers' ModernBertFor<task> class computing our logits."""
+  from electra_jax.finetune import export as finetune_export  # pylint: disable=g-import-not-at-top
+  from electra_jax.finetune.glue.model import Classifier  # pylint: disable=g-import-not-at-top
+  from electra_jax.finetune.squad.model import QuestionAnswerer  # pylint: disable=g-import-not-at-top
+  from electra_jax.finetune.tagging.run import Tagger  # pylint: disable=g-import-not-at-top
+  from electra_jax.hf import files  # pylint: disable=g-import-not-at-top
+  config = finetuned_config(pooling)
+  labels = {'sequence': ['0', '1'], 'tagger': ['B-NP', 'I-NP', 'O'], 'qa': ['start', 'end']}
+  model = {'sequence': lambda: Classifier(config.model, 2, pooling=pooling, head='transformers',
+                                          attention='einsum'),
+           'tagger': lambda: Tagger(config.model, 3, attention='einsum'),
+           'qa': lambda: QuestionAnswerer(config.model, head='plain', attention='einsum')}[network]()
+  ids = jnp.asarray(batch(), jnp.int32)
+  segments = (ids != 0).astype(jnp.int32)  # every real token may hold an answer
+  params = model.init(jax.random.key(2), ids, segments)['params']
+  ours = model.apply({'params': params}, ids, segments)
+  special = types.SimpleNamespace(pad_id=0, cls_id=1, sep_id=2)
+  hf_config = finetune_export.model_config_json(config, network, labels[network], special)
+  files.write_model_dir(str(tmp_path), hf_config, hf_modern.to_hf(params, 'discriminator', 'head',
+                                                                   network))
+  theirs = getattr(transformers, hf_config['architectures'][0]).from_pretrained(
+      tmp_path, attn_implementation='eager')
+  out = torch_out(theirs, np.asarray(ids))
+  real = np.asarray(ids) != 0
+  if network == 'qa':
+    for name in ('start_logits', 'end_logits'):
+      np.testing.assert_allclose(np.asarray(ours[name])[real], getattr(out, name).numpy()[real],
+                                 atol=1e-4, rtol=1e-4)
+  elif network == 'tagger':
+    np.testing.assert_allclose(np.asarray(ours)[real], out.logits.numpy()[real], atol=1e-4,
+                               rtol=1e-4)
+  else:
+    np.testing.assert_allclose(np.asarray(ours), out.logits.numpy(), atol=1e-4, rtol=1e-4)
+
+
+def test_the_export_comes_back_as_the_run_it_was(trained, tmp_path):
+  """import_hf on our own export (discriminator/ and generator/, GDES): every tensor returns."""
+  from conftest import load_config  # pylint: disable=g-import-not-at-top
+  from electra_jax.hf import importing  # pylint: disable=g-import-not-at-top
+  workdir, out = trained
+  run = exporting.load_run(str(workdir))
+  config = load_config('tiny')
+  config.update(embedding_sharing='gdes', max_seq_length=64)
+  config.data.train_files = 'unused.txt'
+  imported = importing.import_checkpoint(config, str(tmp_path / 'run'), str(out))
+  assert imported.model.generator_layers == 0.5 and imported.model.local_window == 16
+  back = exporting.load_run(str(tmp_path / 'run')).params
+  assert jax.tree.structure(back) == jax.tree.structure(run.params)
+  for a, b in zip(jax.tree.leaves(back), jax.tree.leaves(run.params)):
+    np.testing.assert_allclose(a, b, atol=1e-6)

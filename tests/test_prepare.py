@@ -7,8 +7,11 @@ The end-to-end test builds a real TFDS dataset from ../shared/data, prepares it 
 import json
 import logging
 import os
+import pathlib
+import re
 import subprocess
 import sys
+import time
 
 from jax.sharding import NamedSharding, PartitionSpec
 import numpy as np
@@ -163,12 +166,21 @@ def test_main_prepares_local_files_once_and_again_when_they_change(tmp_path, voc
 # ----------------------------------------------------------------------------- batches
 
 
-def test_prepare_trains_a_lowercase_vocab_and_refuses_one_over_cased_data(tmp_path):
+def test_prepare_trains_a_lowercase_vocab_and_refuses_one_over_cased_data(tmp_path, caplog):
   config = load_config('tiny')
   config.max_seq_length, config.model.vocab_size = 64, 400
   config.data.update(train_files=str(real_file(WIKI_PART)), vocab_sample_sentences=2000,
                      prepare_workers=1, vocab_lowercase=True)
-  preparation.prepare_dataset(config, str(tmp_path / 'lowercase'))
+  with caplog.at_level(logging.INFO, logger='absl'):
+    preparation.prepare_dataset(config, str(tmp_path / 'lowercase'))
+  # Training the vocabulary (46 s of silence on a large corpus) says what, on how much, and when
+  # it is done.
+  said = [r.getMessage() for r in caplog.records if r.getMessage().startswith('vocabulary:')]
+  assert len(said) == 2, said
+  assert re.fullmatch(r'vocabulary: training a sentencepiece unigram vocabulary of 400 pieces on '
+                      r'[\d,]+ lines \(\d+\.\d MB\) sampled from .*wiki\.train\.PARTIAL.*; it '
+                      r'reports no progress: roughly \d+ s on a 2-core CPU', said[0]), said[0]
+  assert re.fullmatch(r'vocabulary: trained in \d+\.\d s \(400 pieces\)', said[1]), said[1]
   vocab = vocab_lib.load_vocab(str(tmp_path / 'lowercase' / 'vocab.model'))
   assert vocab.lowercase and vocab.encode(['The Cat']) == vocab.encode(['the cat'])
 
@@ -298,6 +310,26 @@ def tfds_prepared(tmp_path_factory, wikitext):
   return root, args, result
 
 
+def kill_while_staging(args):
+  """SIGKILLs `python -m electra_jax.prepare` (preparing anew) once its staging folder exists."""
+  out = next(a.split('=', 1)[1] for a in args if a.startswith('--out='))
+  env = {**os.environ, 'JAX_PLATFORMS': 'cpu', 'JAX_NUM_CPU_DEVICES': '1'}
+  process = subprocess.Popen([sys.executable, '-m', 'electra_jax.prepare', *args, '--overwrite',
+                              '--config.seed=1'], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+  stage = f'{out}.incomplete{process.pid}'
+  try:
+    deadline = time.time() + 120
+    while not os.path.isdir(stage):
+      assert process.poll() is None and time.time() < deadline, 'no staging folder appeared'
+      time.sleep(0.02)
+  finally:
+    process.kill()
+    process.wait()
+  assert os.path.isdir(stage)
+  return pathlib.Path(stage)
+
+
 def test_prepare_cli_writes_once_and_refuses_to_replace(tfds_prepared):
   root, args, result = tfds_prepared
   lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{')]
@@ -309,9 +341,16 @@ def test_prepare_cli_writes_once_and_refuses_to_replace(tfds_prepared):
   assert 0 < lines[0]['kept_fraction'] < 1
   out = root / 'prepared'
   assert (out / 'vocab.model').exists() and (out / 'eval' / 'manifest.json').exists()
+  killed = kill_while_staging(args)  # its staging folder, left behind
+  alive = root / f'prepared.incomplete{os.getpid()}'  # as a running preparation's
+  alive.mkdir()
   before = tree_digest(out)
   again = run_module('electra_jax.prepare', *args)  # Same inputs: nothing to do.
   assert again.stdout.splitlines()[:2] == result.stdout.splitlines()[:2]
+  assert not killed.exists() and alive.is_dir()
+  assert ('removed 1 staging folder(s) of preparations that ended unfinished (killed): '
+          f'{killed}') in again.stderr
+  alive.rmdir()
   refused = run_module('electra_jax.prepare', *args, '--config.seed=1', check=False)
   assert refused.returncode and 'prepared from other inputs' in refused.stderr
   assert '--overwrite' in refused.stderr.strip().splitlines()[-1]

@@ -3,6 +3,7 @@ decoding, end to end on real SQuAD files at tiny size, and one-line errors."""
 
 import collections
 import json
+import logging
 import os
 import re
 import string
@@ -22,7 +23,7 @@ from electra_jax.data import vocab as vocab_lib
 from electra_jax.common.errors import UsageError
 from electra_jax.finetune.squad import (model as qa_model, data as squad_data,
                                         features as squad_features, metrics as squad_metrics)
-from electra_jax.finetune import families as run
+from electra_jax.finetune import families as run, loop
 from electra_jax.finetune.squad import predict as squad_predict
 from electra_jax.finetune import export as finetuned
 
@@ -251,11 +252,25 @@ def independent_v1(gold: dict, predictions: dict) -> tuple[float, float]:
 
 
 @pytest.mark.parametrize('task, head', [('squad_v1', 'plain'), ('squad_v2', 'electra')])
-def test_fine_tunes_on_real_squad_and_writes_official_outputs(squad_vocab, tmp_path, task, head):
+def test_fine_tunes_on_real_squad_and_writes_official_outputs(squad_vocab, tmp_path, task, head,
+                                                             monkeypatch, caplog):
   subset_file(tmp_path / 'part.json', articles=1, paragraphs=3, first=4)
   out = tmp_path / 'out'
-  summary = run.fine_tune(tiny_config(squad_vocab, tmp_path, task=task, head=head,
-                                      seeds='0,1'), str(out))
+  monkeypatch.setattr(loop, 'PROGRESS_EVERY_S', 0.0)  # a progress line after every batch
+  with caplog.at_level(logging.INFO, logger='absl'):
+    summary = run.fine_tune(tiny_config(squad_vocab, tmp_path, task=task, head=head,
+                                        seeds='0,1'), str(out))
+  # The dev prediction (6.4 minutes on the full dev set) says it starts, how far it is and when
+  # it will end, and when it ended.
+  windows = summary['budget']['dev_windows']
+  assert windows > 64  # three batches of 32
+  said = [r.getMessage() for r in caplog.records]
+  assert (f"seed 0: predicting {summary['budget']['dev_questions']} dev questions ({windows} "
+          'windows)') in said
+  progress = [m for m in said if m.startswith('predicting ')]
+  assert re.fullmatch(rf'predicting 32/{windows} dev windows \(\d+%\), eta \d+m\d\ds', progress[0])
+  assert progress[1].startswith(f'predicting 64/{windows} dev windows (')
+  assert any(re.fullmatch(r'seed 1: predicted the dev answers in \d+\.\d s', m) for m in said)
   squad = squad_data.read(str(tmp_path / 'part.json'), answerable_only=task == 'squad_v1')
   gold = {q.qid: [a.text for a in q.answers] for q in squad.questions}
   predictions = json.loads((out / 'predictions.json').read_text())

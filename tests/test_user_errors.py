@@ -166,6 +166,18 @@ def test_a_folder_given_as_train_files_gets_a_glob_that_matches_its_files(tmp_pa
     text.resolve_files(str(tmp_path / 'empty'))
 
 
+@pytest.mark.parametrize('name', ['main', 'prepare'])
+def test_an_eval_glob_that_matches_nothing_is_refused_before_any_work(name, tmp_path):
+  """main trained the vocabulary and prepared the training split before it looked."""
+  *args, flag = WRITERS[name](None)
+  result = command(*args, f'{flag}={tmp_path / "run"}',
+                   f'--config.data.eval_files={tmp_path}/held_out/*.txt')
+  assert result.stderr.strip() == error_line(result) == (
+      f"electra_jax: error: no file matches '{tmp_path}/held_out/*.txt' (data.eval_files); "
+      'check the path or glob')
+  assert os.listdir(tmp_path) == []
+
+
 def test_an_unknown_slice_size_is_named_with_the_known_ones_before_libtpu_is_asked():
   """v4-9 was read as v4-8 (9 // 2 chips) and compiled for it, or, without libtpu, refused as
   needing libtpu."""
@@ -212,3 +224,33 @@ def test_a_cpu_host_runs_the_commands_without_probing_for_a_tpu(inputs, tmp_path
            'import jax; print(repr(jax.config.jax_platforms))'
   for platforms, seen in ((None, "'cpu'"), ('', "''"), ('cpu', "'cpu'")):
     assert command('-c', chosen, JAX_PLATFORMS=platforms).stdout.strip() == seen, platforms
+
+
+def finetune_from(init_from, workdir, *flags):
+  return command('-m', 'electra_jax.finetune',
+                 f'--config={REPO / "configs" / "finetune" / "glue.py"}', '--config.task=MRPC',
+                 f'--config.data_dir={SHARED_DATA / "glue"}', f'--config.init_from={init_from}',
+                 f'--workdir={workdir}', *flags)
+
+
+def test_a_vocabulary_beside_a_pretraining_run_is_refused_not_ignored(inputs, tmp_path):
+  workdir = tmp_path / 'finetuned'
+  result = finetune_from(inputs / 'run', workdir, f'--config.vocab={inputs / "vocab.model"}')
+  assert error_line(result) == (
+      f"electra_jax: error: config.vocab='{inputs / 'vocab.model'}' with config.init_from the "
+      f"pretraining run '{inputs / 'run'}': fine-tuning reads the vocabulary the run was trained "
+      'with, so this one would be ignored; drop --config.vocab')
+  assert not workdir.exists()
+
+
+def test_a_checkpoint_without_its_metadata_is_named_without_orbax_noise(inputs, tmp_path):
+  import shutil  # pylint: disable=g-import-not-at-top
+  run = tmp_path / 'run'
+  shutil.copytree(inputs / 'run', run)
+  (run / 'checkpoints' / '0' / 'default' / '_METADATA').unlink()
+  result = finetune_from(run, tmp_path / 'finetuned')
+  metadata = run / 'checkpoints' / '0' / 'default' / '_METADATA'
+  assert error_line(result) == (
+      f'electra_jax: error: checkpoint {run / "checkpoints"}/0 cannot be read: {metadata} is '
+      'missing (an interrupted write or a partial copy)')
+  assert 'could not be restored' not in result.stderr and 'TypeError' not in result.stderr

@@ -11,6 +11,7 @@ import collections
 from collections.abc import Iterable, Iterator, Sequence
 import dataclasses
 import functools
+import glob
 import json
 import multiprocessing
 import os
@@ -24,7 +25,8 @@ import tqdm
 
 from electra_jax.common import run_lock
 from electra_jax.common.errors import UsageError
-from electra_jax.data import packing, sources as sources_lib, store, vocab as vocab_lib
+from electra_jax.data import packing, sources as sources_lib, store, text
+from electra_jax.data import vocab as vocab_lib
 
 _LINES_PER_ENCODE = 4096  # Lines tokenized per call (sentencepiece encodes a batch in C++).
 SPLITS = ('train', 'eval')
@@ -244,6 +246,14 @@ def prepare_split(sources: Sequence[sources_lib.Source],
   return manifest
 
 
+def check_files(sources: Sequence[sources_lib.Source]) -> None:
+  """Refuses a path or glob that names no file before any work starts (a bad eval_files was
+  found only once the vocabulary and the training split were made)."""
+  for source in sources:
+    if not (source.tfds_name or source.hf_name):
+      text.resolve_files(source.spec, setting=source.setting)
+
+
 def resolve(sources: Sequence[sources_lib.Source], *, tfds_data_dir: str = '',
             text_field: str = 'text',
             unit_bytes: int = sources_lib.UNIT_BYTES) -> list[list[sources_lib.Unit]]:
@@ -353,6 +363,30 @@ def _move_stage_into(stage: str, out: str) -> None:
       os.replace(os.path.join(stage, name), os.path.join(out, name))
 
 
+def _alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)  # signal 0 sends nothing: it only asks whether the process exists
+  except ProcessLookupError:
+    return False
+  except PermissionError:  # another user's process
+    pass
+  return True
+
+
+def _remove_dead_stages(out: str) -> list[str]:
+  """Removes `out`'s staging folders whose process is gone (a killed preparation's); a folder
+  of a live process is its own to finish or remove."""
+  prefix = f'{os.path.normpath(out)}.incomplete'
+  dead = [path for path in sorted(glob.glob(glob.escape(prefix) + '*'))
+          if path[len(prefix):].isdigit() and not _alive(int(path[len(prefix):]))]
+  for path in dead:
+    shutil.rmtree(path, ignore_errors=True)
+  if dead:
+    logging.info('removed %d staging folder(s) of preparations that ended unfinished (killed): '
+                 '%s', len(dead), ', '.join(dead))
+  return dead
+
+
 def prepare_dataset(config, out: str, *, overwrite: bool = False) -> dict[str, dict]:
   """The vocabulary and splits the config names, prepared into `out` (the prepare command)."""
   if config.data.prepared_dir:
@@ -363,10 +397,13 @@ def prepare_dataset(config, out: str, *, overwrite: bool = False) -> dict[str, d
   if specs['train'] is None:
     raise UsageError('no training data to prepare: pass --config.data.sources=... or '
                      '--config.data.train_files=PATH_OR_GLOB')
+  for split_specs in specs.values():
+    check_files(split_specs or ())
   # Held throughout: two preparations into one `out` would each move their own vocabulary and
   # splits in at the end, and finishing interleaved could pair one's vocabulary with the
   # other's examples.
   with run_lock.only_run_in(out, 'preparation', create=True):
+    _remove_dead_stages(out)
     stage = f'{os.path.normpath(out)}.incomplete{os.getpid()}'
     shutil.rmtree(stage, ignore_errors=True)
     os.makedirs(stage)

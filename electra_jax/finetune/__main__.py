@@ -31,9 +31,12 @@ def main(argv):
   from electra_jax.finetune import loop, families as run
   with interrupts.catching():  # SIGTERM, Ctrl-C: the seed under way saves; exit 143, 130
     summary = cli.run(run.fine_tune, _CONFIG.value, _WORKDIR.value)
+  # GLUE's classification tasks: the floor the score must clear, beside it.
+  majority = summary['majority_class'] if 'majority_class' in summary else None
   print(f'{summary["task"]}: {summary["score_metric"]} {summary["score"]:.4f} (median of '
         f'{len(summary["seeds"])} seed(s)); {loop.format_scores(summary["median"])}; '
-        f'{_WORKDIR.value}/{loop.RESULTS}')
+        + (f'majority class {loop.format_scores(majority)}; ' if majority else '')
+        + f'{_WORKDIR.value}/{loop.RESULTS}')
 
 
 if __name__ == '__main__':

@@ -1,7 +1,9 @@
 """A fine-tuned seed -> one transformers directory whose standard class computes our model:
 SQuAD with head 'plain' as ElectraForQuestionAnswering, chunk as ElectraForTokenClassification,
-GLUE with head 'transformers' as ElectraForSequenceClassification. Other heads have no such class
-and are refused with the setting that exports. Our QA head adds -1000 where an answer cannot lie;
+GLUE with head 'transformers' as ElectraForSequenceClassification; on the 'modern' architecture
+ModernBertFor{QuestionAnswering, TokenClassification, SequenceClassification} (hf/modern.py), whose
+classifier_pooling also takes 'mean'. Other heads have no such class and are refused with the
+setting that exports. Our QA head adds -1000 where an answer cannot lie;
 the exported one gives the raw logits, as transformers' does, and the caller masks them.
 """
 
@@ -15,7 +17,8 @@ import orbax.checkpoint as ocp
 from electra_jax.common.errors import UsageError
 from electra_jax.finetune import init as finetune_init, loop, settings
 from electra_jax.finetune.glue import tasks
-from electra_jax.hf import files, model_card, model_config, params as params_lib, tokenizer
+from electra_jax.hf import (exporting, files, model_card, model_config, modern as hf_modern,
+                            params as params_lib, tokenizer)
 
 SQUAD_TASKS = ('squad_v1', 'squad_v2')
 
@@ -35,7 +38,7 @@ def network_of(config: ml_collections.ConfigDict) -> str:
                      "layer on [CLS]) has no transformers class (ElectraForSequenceClassification "
                      'has dense, GELU, dense); fine-tune with --config.head=transformers to '
                      'export one')
-  if config.pooling != 'cls':
+  if config.pooling != 'cls' and config.model.architecture != 'modern':
     raise UsageError(f"a model fine-tuned with pooling={config.pooling!r} has no transformers "
                      "class (ElectraForSequenceClassification reads [CLS]); fine-tune with "
                      '--config.pooling=cls to export one')
@@ -79,10 +82,18 @@ def seed_params(workdir: str, seed: int) -> tuple[dict, int]:
   return jax.device_get(state['params']), step
 
 
-def model_config_json(config: ml_collections.ConfigDict, network: str,
-                      labels: list[str]) -> dict:
-  """ElectraConfig of the discriminator, as the task's class with its labels."""
-  hf_config = model_config.to_hf(config.model, network)
+def model_config_json(config: ml_collections.ConfigDict, network: str, labels: list[str],
+                      vocab=None) -> dict:
+  """ElectraConfig (or ModernBertConfig) of the discriminator, as the task's class with its
+  labels."""
+  m = config.model
+  if m.architecture == 'modern':
+    hf_config = hf_modern.hf_config(m, network, m.num_layers, exporting.modern_special_ids(vocab))
+    hf_config['num_labels'] = len(labels)
+    if network == 'sequence':
+      hf_config['classifier_pooling'] = config.pooling
+  else:
+    hf_config = model_config.to_hf(m, network)
   hf_config['id2label'] = {str(i): label for i, label in enumerate(labels)}
   hf_config['label2id'] = {label: i for i, label in enumerate(labels)}
   if network == 'sequence':  # its loss in transformers, and the dropout our head trained with
@@ -114,9 +125,12 @@ def export_seed(workdir: str, out_dir: str, seed: int, overwrite: bool = False,
   params, step = seed_params(workdir, seed)
   labels = labels_of(workdir, network, config)
   vocab = finetune_init.load_start(config).vocab  # the start's vocabulary, as fine-tuning read it
-  hf_config = model_config_json(config, network, labels)
-  files.write_model_dir(out_dir, hf_config, params_lib.to_hf(params, network))
-  tokenizer.write_tokenizer(vocab, out_dir, model_max_length=config.max_seq_length)
+  hf_config = model_config_json(config, network, labels, vocab)
+  tensors = (hf_modern.to_hf(params, 'discriminator', 'head', network)
+             if config.model.architecture == 'modern' else params_lib.to_hf(params, network))
+  files.write_model_dir(out_dir, hf_config, tensors)
+  tokenizer.write_tokenizer(vocab, out_dir, model_max_length=config.max_seq_length,
+                            token_types=config.model.architecture != 'modern')
   results = os.path.join(workdir, 'results.json')
   if os.path.exists(results):  # the run has finished: the card quotes its recipe and scores
     with open(results) as f:

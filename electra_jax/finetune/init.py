@@ -1,10 +1,11 @@
 """Where fine-tuning starts, and the encoder every task family's network shares.
 
 A start is a pretraining run's checkpoint (its discriminator's ENCODER subtrees, model config
-and vocabulary), a Hugging Face ELECTRA discriminator or BERT directory (converted by
+and vocabulary), a Hugging Face ELECTRA discriminator, BERT or ModernBERT directory (converted by
 electra_jax.hf), or '' (random initialisation: the config's model and vocabulary). The task head
 starts at random from each seed. Every family's network calls `encode`, so its tree holds
-ENCODER under pretraining's names and a start's subtrees drop in unchanged.
+ENCODER under pretraining's names and a start's subtrees drop in unchanged; on the 'modern'
+architecture the families put `modern_head` (transformers' ModernBERT task head) on top.
 """
 
 import functools
@@ -20,10 +21,11 @@ import numpy as np
 from electra_jax.training import checkpoint
 from electra_jax.common import config as config_lib
 from electra_jax.model import networks as pretrain_model
-from electra_jax.model.layers import Embeddings, Encoder
+from electra_jax.model import modern
+from electra_jax.model.layers import Embeddings, Encoder, gelu
 from electra_jax.data import vocab as vocab_lib
 from electra_jax.common.errors import UsageError
-from electra_jax.hf import exporting, importing, model_config
+from electra_jax.hf import exporting, files, importing, model_config, modern as hf_modern
 
 ENCODER = ('embeddings', 'discriminator')  # the pretrained subtrees fine-tuning keeps
 
@@ -32,6 +34,15 @@ def encode(module: nn.Module, input_ids, segment_ids, deterministic: bool):
   """The discriminator's sequence output [B, L, H], built in `module`'s compact call from its
   `config`, `dtype` and `attention`, with ENCODER's parameter names."""
   c = module.config
+  if c.architecture == 'modern':
+    embedded = modern.ModernEmbeddings(c.vocab_size, c.embedding_size, c.dropout_rate,
+                                       module.dtype, name='embeddings')(
+                                           input_ids, segment_ids, deterministic)
+    return modern.ModernEncoder(
+        c.hidden_size, c.num_layers, c.num_heads, c.intermediate_size, c.dropout_rate,
+        c.attention_dropout_rate, c.local_window, c.global_every, c.rope_theta,
+        c.local_rope_theta, module.dtype, attention=module.attention, name='discriminator')(
+            embedded, input_ids != 0, deterministic)
   embedded = Embeddings(c.vocab_size, c.embedding_size, c.max_position_embeddings,
                         c.type_vocab_size, c.dropout_rate, module.dtype, name='embeddings')(
                             input_ids, segment_ids, deterministic)
@@ -40,6 +51,26 @@ def encode(module: nn.Module, input_ids, segment_ids, deterministic: bool):
                  attention_dropout_rate=c.attention_dropout_rate, dtype=module.dtype,
                  attention=module.attention, name='discriminator')(
                      embedded, input_ids != 0, deterministic)
+
+
+class ModernPredictionHead(nn.Module):
+  """dense -> GELU -> norm, without biases: transformers' ModernBertPredictionHead, which every
+  ModernBERT task class puts before its classifier."""
+
+  @nn.compact
+  def __call__(self, hidden):
+    hidden = nn.Dense(hidden.shape[-1], use_bias=False, kernel_init=modern._init,
+                      dtype=jnp.float32, name='dense')(hidden)
+    return modern.norm('layer_norm')(gelu(hidden))
+
+
+def modern_head(hidden, num_outputs: int, dropout_rate: float, deterministic: bool):
+  """ModernBERT's task head on [..., H] features (pooled or per token), called inside a
+  family's compact call: the prediction head, dropout, then the classifier (with a bias)."""
+  hidden = ModernPredictionHead(name='head')(hidden.astype(jnp.float32))
+  hidden = nn.Dropout(dropout_rate)(hidden, deterministic=deterministic)
+  return nn.Dense(num_outputs, kernel_init=nn.initializers.glorot_uniform(), dtype=jnp.float32,
+                  name='classifier')(hidden)
 
 
 def init_params(model: nn.Module, rng, max_seq_length: int):
@@ -81,8 +112,24 @@ def from_run(workdir: str, step: int | None = None) -> Start:
                f'pretraining run {workdir} (step {run.step})', step=run.step)
 
 
+def from_modern(model_dirs: dict, vocab_path: str) -> Start:
+  """A ModernBERT directory's encoder: a ModernBertModel's, a ModernBertForMaskedLM's (as
+  ModernBERT is published), or our export's discriminator's."""
+  model_dir = model_dirs['discriminator'] if 'discriminator' in model_dirs else model_dirs[
+      'generator']
+  model = hf_modern.model_section(model_dir.config, config_lib.default_config().model,
+                                  os.path.join(model_dir.path, 'config.json'))
+  vocab = importing.load_vocab_for(importing.find_vocab({'encoder': model_dir}, vocab_path or None),
+                                   model, {'encoder': model_dir})
+  tree = hf_modern.from_hf(model_dir.tensors, 'discriminator', '', 'encoder', model.num_layers,
+                           os.path.join(model_dir.path, files.WEIGHTS))
+  return Start(model, vocab, tree, f'Hugging Face {model_dir.path}')
+
+
 def from_hf(hf_dir: str, vocab_path: str = '') -> Start:
   model_dirs = importing.find_model_dirs(hf_dir)
+  if any(hf_modern.is_modern(d.config) for d in model_dirs.values()):
+    return from_modern(model_dirs, vocab_path)
   if 'discriminator' not in model_dirs:
     raise UsageError(f"'{hf_dir}' holds only an ELECTRA generator (ElectraForMaskedLM); "
                      'fine-tuning starts from the discriminator (ElectraForPreTraining)')
@@ -132,8 +179,13 @@ def load_start(config: ml_collections.ConfigDict) -> Start:
     start = random_start(config.model, config.vocab)
   elif not os.path.isdir(path):
     raise UsageError(f"config.init_from '{path}' is not a directory; pass a pretraining run's "
-                     'workdir, a Hugging Face ELECTRA (or BERT) directory, or \'\' for random init')
+                     "workdir, a Hugging Face ELECTRA, BERT or ModernBERT directory, or '' for "
+                     'random init')
   elif is_run(path):
+    if config.vocab:  # the embeddings were trained on the run's own vocabulary
+      raise UsageError(f"config.vocab='{config.vocab}' with config.init_from the pretraining run "
+                       f"'{path}': fine-tuning reads the vocabulary the run was trained with, so "
+                       "this one would be ignored; drop --config.vocab")
     start = from_run(path, step or None)
   elif step:
     raise UsageError(f"config.init_step={step} picks a checkpoint of a pretraining run, but "

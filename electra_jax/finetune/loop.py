@@ -23,7 +23,7 @@ import optax
 import orbax.checkpoint as ocp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from electra_jax.training import checkpoint, compile_cache
+from electra_jax.training import checkpoint, compile_cache, report
 from electra_jax.common import config as config_lib, interrupts
 from electra_jax.training import optim as pretrain_optim
 from electra_jax.training import train as pretrain
@@ -32,6 +32,7 @@ from electra_jax.finetune import init, optim, settings
 
 DTYPES = pretrain.DTYPES  # config.dtype's, as pretraining reads them
 RESULTS = 'results.json'  # each seed's dev metrics, their medians (as the paper reports), budget
+PROGRESS_EVERY_S = 30.0  # a prediction longer than this logs how far it is, this often
 
 
 def gather_batch(inputs, order, step, length: int | None = None):
@@ -100,10 +101,20 @@ def batch_order(num_examples: int, batch_size: int, steps: int, seed: int) -> np
   return order[:steps * batch_size].reshape(steps, batch_size)
 
 
-def predict(predict_fn, params, inputs, batch_size, batch_sharding):
-  """Outputs in eval mode ([N, ...] arrays); the last batch is padded with empty rows."""
+def progress(what: str, done: int, total: int, seconds: float) -> str:
+  """'1,280/10,833 dev windows (12%), eta 4m10s': `done` of `total` after `seconds`."""
+  eta = (total - done) * seconds / done if done else 0.0
+  return (f'{done:,}/{total:,} {what} ({100 * done / total:.0f}%), '
+          f'eta {report.format_duration(eta)}')
+
+
+def predict(predict_fn, params, inputs, batch_size, batch_sharding, what: str = 'examples'):
+  """Outputs in eval mode ([N, ...] arrays); the last batch is padded with empty rows. Every
+  PROGRESS_EVERY_S seconds it logs how many of the `what` are done (SQuAD's dev set takes
+  minutes on a CPU)."""
   count = len(inputs['input_ids'])
-  outputs = []
+  outputs, started = [], time.perf_counter()
+  logged = started
   for start in range(0, count, batch_size):
     batch = {k: v[start:start + batch_size] for k, v in inputs.items()}
     rows = len(batch['input_ids'])
@@ -111,6 +122,10 @@ def predict(predict_fn, params, inputs, batch_size, batch_sharding):
              for k, v in batch.items()}
     out = jax.device_get(predict_fn(params, jax.device_put(batch, batch_sharding)))
     outputs.append(jax.tree.map(lambda values: np.asarray(values)[:rows], out))
+    now = time.perf_counter()
+    if now - logged >= PROGRESS_EVERY_S and start + rows < count:
+      logging.info('predicting %s', progress(what, start + rows, count, now - started))
+      logged = now
   return jax.tree.map(lambda *parts: np.concatenate(parts), *outputs)
 
 
@@ -226,15 +241,23 @@ def for_each_seed(config, workdir: str, total_steps: int, run_seed) -> dict:
     def log(record):
       metrics_file.write(json.dumps(record) + '\n')
       metrics_file.flush()
-      logging.info('seed %d step %d/%d | loss %.4f | lr %.2e | %.1f steps/s', record['seed'],
-                   record['step'], total_steps, record['loss'], record['learning_rate'],
-                   record['steps_per_s'])
+      logging.info('seed %d step %d/%d | loss %.4f | lr %.2e | %.1f steps/s | eta %s',
+                   record['seed'], record['step'], total_steps, record['loss'],
+                   record['learning_rate'], record['steps_per_s'],
+                   report.format_duration(eta_seconds(record, total_steps, seeds)))
 
     outcomes = {}
     for seed in seeds:
       outcomes[seed] = run_seed(seed, log)
       logging.info('seed %d: %s', seed, format_scores(outcomes[seed][0]))
   return outcomes
+
+
+def eta_seconds(record: dict, total_steps: int, seeds: list[int]) -> float:
+  """The training left at a logged step: this seed's steps and every later seed's, at the
+  record's steps/s (their predictions not counted)."""
+  later = len(seeds) - 1 - seeds.index(record['seed'])
+  return (total_steps - record['step'] + later * total_steps) / record['steps_per_s']
 
 
 def run_and_write_seeds(config, workdir: str, start, compiled, total_steps: int, run_seed,

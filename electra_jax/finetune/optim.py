@@ -19,13 +19,12 @@ _LAYER = re.compile(r'layer_(\d+)$')
 
 
 def layer_depth(path: tuple[str, ...], num_layers: int) -> int:
-  """0 for the head, L - i for layer_i, L + 1 for the embeddings."""
+  """0 for the head (and a modern encoder's final norm), L - i for layer_i, L + 1 for the
+  embeddings."""
   if path[0] == 'embeddings' or 'embeddings_project' in path:
     return num_layers + 1
-  if path[0] == 'discriminator':
-    match = next(m for m in map(_LAYER.match, path) if m)
-    return num_layers - int(match.group(1))
-  return 0  # the task head
+  match = next((m for m in map(_LAYER.match, path) if m), None)
+  return num_layers - int(match.group(1)) if path[0] == 'discriminator' and match else 0
 
 
 def layer_factors(params, num_layers: int, decay: float):

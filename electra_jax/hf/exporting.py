@@ -89,7 +89,8 @@ def export_params(params: dict[str, Any], model: ml_collections.ConfigDict, voca
     else:
       files.write_model_dir(path, model_config.to_hf(model, network),
                             network_tensors(params, network))
-    tokenizer.write_tokenizer(vocab, path, model_max_length=model.max_position_embeddings)
+    tokenizer.write_tokenizer(vocab, path, model_max_length=model.max_position_embeddings,
+                              token_types=model.architecture != 'modern')
     written[network] = path
   return written
 
@@ -145,5 +146,5 @@ def export_run(workdir: str, out_dir: str, step: int | None = None, overwrite: b
   for network, path in written.items():
     with open(os.path.join(path, 'README.md'), 'w', encoding='utf-8') as f:
       f.write(model_card.model_card(network, run.config, run.step, evaluation, languages,
-                                    license_id))
+                                    license_id, files.read_config(path)))
   return run

@@ -13,7 +13,7 @@ import numpy as np
 import safetensors.numpy
 
 from electra_jax.common.errors import UsageError
-from electra_jax.hf import bert, model_config
+from electra_jax.hf import bert, model_config, modern
 
 WEIGHTS = 'model.safetensors'
 WEIGHTS_INDEX = 'model.safetensors.index.json'
@@ -25,7 +25,8 @@ class ModelDir(NamedTuple):
   kind: str                      # 'discriminator' or 'generator'
   config: dict[str, Any]         # the parsed config.json (a BERT's as ElectraConfig's fields)
   tensors: dict[str, np.ndarray]
-  # The tensors' layout (params.NETWORKS): the kind's, or 'encoder' for a BERT's bare encoder.
+  # The tensors' layout (params.NETWORKS, or modern.name_pairs' kinds for a ModernBERT): the
+  # kind's, or 'encoder' for a bare encoder.
   network: str
 
 
@@ -121,6 +122,10 @@ def read_model_dir(path: str, allow_pickle: bool = False, bert_masked_lm: bool =
   a BERT one (hf/bert.py): as the discriminator's encoder, or, with `bert_masked_lm`, as an
   ElectraForMaskedLM (a generator) with its masked-LM head."""
   config, source = read_config(path), os.path.join(path, 'config.json')
+  if modern.is_modern(config):
+    modern.check_supported(config, source)
+    kind, network, tensors = modern.read_as(config, read_tensors(path, allow_pickle), source)
+    return ModelDir(path, kind, config, tensors, network)
   if bert.is_bert(config):
     kind = 'generator' if bert_masked_lm else 'discriminator'
     config = bert.electra_config(config, source, model_config.ARCHITECTURES[kind])

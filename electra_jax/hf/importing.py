@@ -4,6 +4,11 @@ The workdir holds what a run has after its first save (config.json, the vocabula
 checkpoint of step 0), built with the trainer's own functions so it restores exactly. A network
 not given starts afresh; the shared embedding block comes from the discriminator where both are
 given (it is the one fine-tuned; Google's pairs hold identical copies).
+
+A ModernBERT directory starts a 'modern' run (modern_subtrees): its encoder becomes the
+discriminator's; a ModernBertForMaskedLM also starts the generator, with its bottom layers (as
+many as the generator has), its final norm and its MLM head, so the generator predicts tokens
+from step 0. Our own export's pair (discriminator/ and generator/) comes back as it went out.
 """
 
 import json
@@ -19,7 +24,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from electra_jax.common import config as config_lib, storage
 from electra_jax.common.errors import UsageError
 from electra_jax.data import vocab as vocab_lib
-from electra_jax.hf import bert, files, model_config, params as params_lib
+from electra_jax.hf import bert, files, model_config, modern as hf_modern, params as params_lib
 from electra_jax.model import networks
 from electra_jax.training import checkpoint, generator_modes, inputs, optim, train
 
@@ -105,6 +110,51 @@ def convert(model_dirs: dict[str, files.ModelDir], target: dict[str, Any]
           for kind, d in model_dirs.items()}
 
 
+def modern_model(model_dirs: dict[str, files.ModelDir], model: ml_collections.ConfigDict,
+                 sources: dict[str, str]) -> ml_collections.ConfigDict:
+  """The 'modern' run's `model` section: the encoder's config.json (the discriminator's where
+  both are given, which also sets the generator's depth), the rest from `model`."""
+  if len(model_dirs) == 2 and not all(hf_modern.is_modern(d.config) for d in model_dirs.values()):
+    raise UsageError('one of the two directories is a ModernBERT and the other is not; pass '
+                     'both networks of one architecture')
+  kind = 'discriminator' if 'discriminator' in model_dirs else 'generator'
+  derived = hf_modern.model_section(model_dirs[kind].config, model, sources[kind])
+  if len(model_dirs) == 2:
+    derived.generator_layers = (model_dirs['generator'].config['num_hidden_layers']
+                                / derived.num_layers)
+  return derived
+
+
+def modern_subtrees(model_dirs: dict[str, files.ModelDir], model: ml_collections.ConfigDict,
+                    target: dict[str, Any]) -> dict[str, Any]:
+  """The subtrees of a 'modern' run that ModernBERT directories give (see the module doc),
+  each checked against `target`'s shapes."""
+  encoder = model_dirs['discriminator'] if 'discriminator' in model_dirs else model_dirs[
+      'generator']
+  source = os.path.join(encoder.path, files.WEIGHTS)
+  layout = 'discriminator' if encoder.network == 'discriminator' else 'encoder'
+  tree = hf_modern.from_hf(encoder.tensors, 'discriminator', 'discriminator_head', layout,
+                           model.num_layers, source)
+  if 'generator' in model_dirs:  # its own directory, or the bottom of a masked LM's
+    generator = model_dirs['generator']
+    mlm = hf_modern.from_hf(generator.tensors, 'generator', 'generator_head', 'generator',
+                            config_lib.generator_depth(model),
+                            os.path.join(generator.path, files.WEIGHTS))
+    tree.update(generator=mlm['generator'], generator_head=mlm['generator_head'])
+    words = lambda t: t['embeddings']['word_embeddings']['embedding']
+    if 'generator_embeddings' in target:  # embedding_sharing 'none': a table each
+      tree['generator_embeddings'] = mlm['embeddings']
+    elif 'embedding_delta' in target:  # GDES: the discriminator reads the table + the delta
+      tree['embedding_delta'] = words(tree) - words(mlm)
+      tree['embeddings'] = mlm['embeddings']
+  tree = {name: subtree for name, subtree in tree.items() if name in target}
+  problems = checkpoint.shape_mismatches(tree, {k: target[k] for k in tree},
+                                         'the ModernBERT weights', "the run's model")
+  if problems:
+    raise UsageError(f'{source} does not fit the run: {problems}')
+  return tree
+
+
 def merge_params(initial: dict[str, Any], imported: dict[str, dict[str, Any]]) -> dict[str, Any]:
   """`initial` with every subtree that an imported network provides replaced by its weights."""
   params = dict(initial)
@@ -136,10 +186,13 @@ def import_checkpoint(config: ml_collections.ConfigDict, workdir: str, hf_dir: s
     raise UsageError(f"'{workdir}' already holds a run; import into a new --workdir")
   model_dirs = find_model_dirs(hf_dir, generator_dir, allow_pickle)
   sources = {kind: os.path.join(d.path, 'config.json') for kind, d in model_dirs.items()}
-  derived = model_config.from_hf(
-      model_dirs['discriminator'].config if 'discriminator' in model_dirs else None,
-      model_dirs['generator'].config if 'generator' in model_dirs else None,
-      config.model, sources)
+  if any(hf_modern.is_modern(d.config) for d in model_dirs.values()):
+    derived = modern_model(model_dirs, config.model, sources)
+  else:
+    derived = model_config.from_hf(
+        model_dirs['discriminator'].config if 'discriminator' in model_dirs else None,
+        model_dirs['generator'].config if 'generator' in model_dirs else None,
+        config.model, sources)
   conflicts = [f'config.model.{k}={config.model[k]!r} (the checkpoint has {derived[k]!r})'
                for k in sorted(pinned) if config.model[k] != derived[k]]
   if conflicts:
@@ -156,11 +209,16 @@ def import_checkpoint(config: ml_collections.ConfigDict, workdir: str, hf_dir: s
   model, optimizer = train.make_model(config), optim.make_optimizer(config)
   # Every tensor is checked against the model's shapes before anything is computed or written.
   target = jax.eval_shape(lambda: networks.init_params(model, jax.random.PRNGKey(0), 1))
-  imported = convert(model_dirs, target)
+  if derived.architecture == 'modern':
+    subtrees = modern_subtrees(model_dirs, derived, target)
+    merge = lambda initial: {**initial, **subtrees}
+  else:
+    imported = convert(model_dirs, target)
+    merge = lambda initial: merge_params(initial, imported)
 
   replicated = NamedSharding(train.make_mesh(), P())
   state = train.create_train_state(config, model, optimizer, replicated)
-  params = jax.device_put(merge_params(jax.device_get(state.params), imported), replicated)
+  params = jax.device_put(merge(jax.device_get(state.params)), replicated)
   opt_state = jax.jit(optimizer.init, out_shardings=replicated)(params)
   state = state.replace(params=params, opt_state=opt_state)
 
@@ -180,8 +238,23 @@ def model_overrides(model: ml_collections.ConfigDict,
   return [f'--config.model.{k}={v}' for k, v in model.items() if file_model[k] != v]
 
 
-GENERATOR_SOURCES = ("a Hugging Face ElectraForMaskedLM (our export's generator/ or mlm/) or "
-                     'BertForMaskedLM directory, or the workdir of one of our mlm or electra runs')
+GENERATOR_SOURCES = ("a Hugging Face ElectraForMaskedLM (our export's generator/ or mlm/), "
+                     'BertForMaskedLM or ModernBertForMaskedLM directory, or the workdir of one '
+                     'of our mlm or electra runs')
+
+
+def modern_generator(model_dir: files.ModelDir) -> generator_modes.Source:
+  """A ModernBertForMaskedLM, whole, as a frozen generator."""
+  hf = model_dir.config
+  layers = hf['num_hidden_layers']
+  tree = hf_modern.from_hf(model_dir.tensors, 'generator', 'generator_head', 'generator', layers,
+                           os.path.join(model_dir.path, files.WEIGHTS))
+  shape = generator_modes.Shape(hf['hidden_size'], hf['num_attention_heads'],
+                                hf['intermediate_size'], layers, hf['hidden_size'],
+                                hf['vocab_size'], 0, 0)
+  params = {new: tree[old] for old, new in generator_modes.RENAMED['electra'].items()}
+  return generator_modes.Source(params, shape,
+                                f"the ModernBertForMaskedLM in '{model_dir.path}'")
 
 
 def read_generator(directory: str, model: ml_collections.ConfigDict) -> generator_modes.Source:
@@ -190,9 +263,12 @@ def read_generator(directory: str, model: ml_collections.ConfigDict) -> generato
   to train.train_and_evaluate, since training may not import hf."""
   config = files.read_config(directory)
   model_dir = files.read_model_dir(directory, bert_masked_lm=True)
+  if hf_modern.is_modern(config) and model_dir.kind == 'generator':
+    return modern_generator(model_dir)
   if model_dir.kind != 'generator':
-    raise UsageError(f"config.generator_init='{directory}' holds an ElectraForPreTraining (a "
-                     f'discriminator), which predicts no tokens; pass {GENERATOR_SOURCES}')
+    raise UsageError(f"config.generator_init='{directory}' holds a discriminator or an "
+                     f'encoder without an MLM head, which predicts no tokens; pass '
+                     f'{GENERATOR_SOURCES}')
   base = ml_collections.ConfigDict(model.to_dict())
   base.generator_layers = 1.0  # from_hf sets num_layers to the generator's depth
   derived = model_config.from_hf(None, model_dir.config, base,

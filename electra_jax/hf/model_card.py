@@ -20,15 +20,13 @@ from electra_jax.hf import model_config
 LANGUAGE_CODE = re.compile(r'[a-z]{2,3}(-[A-Za-z0-9]{2,8})*')
 LICENSE_ID = re.compile(r'[a-z0-9][a-z0-9.+-]*')
 
-# Each exported network's title, the transformers class it loads with, what it computes, and
-# the Hub pipeline its widget runs (None: the Hub has none for replaced-token detection).
+# Each exported network's title, what it computes, and the Hub pipeline its widget runs (None:
+# the Hub has none for replaced-token detection). Its class is its config.json's.
 NETWORKS = {
-    'discriminator': ('An ELECTRA discriminator', 'ElectraForPreTraining',
-                      'scores every token as original or replaced', None),
-    'generator': ('An ELECTRA generator', 'ElectraForMaskedLM', 'predicts masked tokens',
-                  'fill-mask'),
-    'mlm': ('A masked language model', 'ElectraForMaskedLM', 'predicts masked tokens',
-            'fill-mask'),
+    'discriminator': ('An ELECTRA discriminator', 'scores every token as original or replaced',
+                      None),
+    'generator': ('An ELECTRA generator', 'predicts masked tokens', 'fill-mask'),
+    'mlm': ('A masked language model', 'predicts masked tokens', 'fill-mask'),
 }
 OBJECTIVES = {
     'electra': 'ELECTRA: a generator (masked LM) and a discriminator (replaced-token detection) '
@@ -39,6 +37,15 @@ OBJECTIVES = {
     'replace_mlm': "Replace MLM (the paper's ablation): MLM on generator-replaced inputs",
     'all_tokens_mlm': "All-Tokens MLM (the paper's ablation): MLM predicting every token",
     'electric': 'Electric: an energy-based cloze model trained by noise-contrastive estimation',
+}
+# How to load each exported network: a generator only fills masks; the others are fine-tuned.
+USE = {
+    'discriminator': 'For a task, load it with `AutoModelForSequenceClassification` (or another '
+                     'task class) and fine-tune.',
+    'generator': 'Load it with `AutoModelForMaskedLM` to fill masks (the fill-mask pipeline); '
+                 'for a task, fine-tune the discriminator exported beside it.',
+    'mlm': 'Load it with `AutoModelForMaskedLM` to fill masks, or with '
+           '`AutoModelForSequenceClassification` (or another task class) to fine-tune it.',
 }
 EVAL_KEYS = {'eval_disc_auc': 'discriminator ROC AUC',
              'eval_disc_accuracy': 'discriminator accuracy',
@@ -66,8 +73,14 @@ def training_text(data: ml_collections.ConfigDict) -> str:
 
 
 def encoder_text(hf: dict) -> str:
-  """The encoder's sizes, from its transformers config."""
+  """The encoder's sizes, from its transformers config (ELECTRA's or ModernBERT's)."""
   heads = hf['num_attention_heads']
+  if hf['model_type'] == 'modernbert':
+    return (f"ModernBERT's design: {hf['num_hidden_layers']} pre-norm layers, hidden size "
+            f"{hf['hidden_size']}, {heads} head{'s' * (heads != 1)}, GeGLU feed-forward "
+            f"{hf['intermediate_size']}, RoPE, global attention every "
+            f"{hf['global_attn_every_n_layers']} layers and a {hf['local_attention']}-token "
+            f"window between; {hf['vocab_size']:,} vocabulary pieces")
   return (f"{hf['num_hidden_layers']} layers, hidden size {hf['hidden_size']}, "
           f"{heads} head{'s' * (heads != 1)}, feed-forward {hf['intermediate_size']}, "
           f"embeddings {hf['embedding_size']}; {hf['vocab_size']:,} vocabulary pieces")
@@ -124,9 +137,13 @@ def card(tags, pipeline: str | None, title: str, intro: str, class_name: str,
 
 
 def model_card(network: str, config: ml_collections.ConfigDict, step: int,
-               evaluation: dict, languages: tuple[str, ...] = (), license_id: str = '') -> str:
-  """The README.md of the exported `network` of a run at `step`."""
-  title, class_name, computes, pipeline = NETWORKS[network]
+               evaluation: dict, languages: tuple[str, ...] = (), license_id: str = '',
+               hf: dict | None = None) -> str:
+  """The README.md of the exported `network` of a run at `step`; `hf` is the config.json
+  written beside it (default: ELECTRA's for the run's model)."""
+  title, computes, pipeline = NETWORKS[network]
+  hf = hf or model_config.to_hf(config.model, network)
+  class_name = hf['architectures'][0]
   tokens = step * config.batch_size * config.max_seq_length
   decay = f'{config.weight_decay:g}'
   if config.embedding_weight_decay is not None:
@@ -135,7 +152,7 @@ def model_card(network: str, config: ml_collections.ConfigDict, step: int,
       ('objective', OBJECTIVES[config.objective].format(w=config.disc_weight)),
       ('this network', f'the {network}: {computes}'),
       # this network's sizes, as exported
-      ('encoder', encoder_text(model_config.to_hf(config.model, network))),
+      ('encoder', encoder_text(hf)),
       ('steps', f'{step:,} of {config.num_train_steps:,}, batch {config.batch_size} × '
                 f'{config.max_seq_length} tokens ({tokens:,} tokens seen)'),
       ('pretraining compute', f'{step * flops.train_step_flops(config):.3g} FLOPs '
@@ -151,14 +168,13 @@ def model_card(network: str, config: ml_collections.ConfigDict, step: int,
   return card(['electra', 'electra_jax', config.objective], pipeline,
               f'{title}, pretrained with electra_jax',
               f'Step {step:,} of an electra_jax pretraining run, exported as `{class_name}`. '
-              'For a task, load it with `AutoModelForSequenceClassification` (or another task '
-              'class) and fine-tune.', class_name, 'Pretraining', rows, languages, license_id)
+              + USE[network], class_name, 'Pretraining', rows, languages, license_id)
 
 
-# A fine-tuned network's transformers class and Hub pipeline (finetune/export.py's networks).
-FINETUNED = {'sequence': ('ElectraForSequenceClassification', 'text-classification'),
-             'qa': ('ElectraForQuestionAnswering', 'question-answering'),
-             'tagger': ('ElectraForTokenClassification', 'token-classification')}
+# A fine-tuned network's Hub pipeline (finetune/export.py's networks); its class is its
+# config.json's.
+FINETUNED = {'sequence': 'text-classification', 'qa': 'question-answering',
+             'tagger': 'token-classification'}
 
 
 def scores_text(scores: dict) -> str:
@@ -179,7 +195,7 @@ def start_text(results: dict) -> str:
 def finetuned_card(network: str, hf_config: dict, results: dict, seed: int, step: int,
                    languages: tuple[str, ...] = (), license_id: str = '') -> str:
   """The README.md of seed `seed` of a fine-tuning run (its results.json), exported."""
-  class_name, pipeline = FINETUNED[network]
+  class_name, pipeline = hf_config['architectures'][0], FINETUNED[network]
   budget = results['budget']
   recipe = [f"peak learning rate {results['learning_rate']:g}",
             f"layer-wise decay {results['layer_decay']:g}",

@@ -3,6 +3,9 @@
 The discriminator goes out as ModernBertForTokenClassification with one label (its logit is the
 replaced-token score; ModernBertModel loads the encoder from the same directory), the generator
 and an MLM run's network as ModernBertForMaskedLM, whose decoder is tied to the word table.
+A fine-tuned seed goes out as ModernBertFor{SequenceClassification, TokenClassification,
+QuestionAnswering} (finetune/export.py); a ModernBERT directory comes in as a run's start, a frozen
+generator or a fine-tuning start (hf/importing.py).
 """
 
 from collections.abc import Mapping
@@ -11,11 +14,17 @@ from typing import Any
 import numpy as np
 
 from electra_jax.common.errors import UsageError
+from electra_jax.hf import model_config
 from electra_jax.hf.params import Pair
 
 # HF kind -> the class its config.json names.
 ARCHITECTURES = {'discriminator': 'ModernBertForTokenClassification',
-                 'generator': 'ModernBertForMaskedLM', 'encoder': 'ModernBertModel'}
+                 'generator': 'ModernBertForMaskedLM', 'encoder': 'ModernBertModel',
+                 'sequence': 'ModernBertForSequenceClassification',
+                 'tagger': 'ModernBertForTokenClassification',
+                 'qa': 'ModernBertForQuestionAnswering'}
+TASKS = ('sequence', 'tagger', 'qa')  # a fine-tuned network: our head 'head', then 'classifier'
+
 # Exported network (hf/exporting.py) -> (our encoder, our head, the HF kind).
 NETWORKS = {'discriminator': ('discriminator', 'discriminator_head', 'discriminator'),
             'generator': ('generator', 'generator_head', 'generator'),
@@ -30,7 +39,8 @@ def _weight(torch_name: str, path: tuple[str, ...], linear: bool = False) -> Pai
 
 def name_pairs(encoder: str, head: str, kind: str, num_layers: int) -> list[Pair]:
   """Every tensor of one ModernBERT network and where it lives in our tree. `kind`:
-  'discriminator' (token classification), 'generator' (masked LM) or 'encoder' (no head)."""
+  'discriminator' (token classification), 'generator' (masked LM), 'encoder' (no head), or a
+  fine-tuned network of TASKS."""
   pairs = [Pair(WORD_EMBEDDINGS, ('embeddings', 'word_embeddings', 'embedding'), False),
            _weight('model.embeddings.norm', ('embeddings', 'layer_norm'))]
   for i in range(num_layers):
@@ -48,8 +58,9 @@ def name_pairs(encoder: str, head: str, kind: str, num_layers: int) -> list[Pair
   pairs += [_weight('head.dense', (head, 'dense'), True), _weight('head.norm', (head, 'layer_norm'))]
   if kind == 'generator':
     return pairs + [Pair('decoder.bias', (head, 'output_bias'), False)]
-  return pairs + [_weight('classifier', (head, 'prediction'), True),
-                  Pair('classifier.bias', (head, 'prediction', 'bias'), False)]
+  classifier = ('classifier',) if kind in TASKS else (head, 'prediction')
+  return pairs + [_weight('classifier', classifier, True),
+                  Pair('classifier.bias', (*classifier, 'bias'), False)]
 
 
 def _get(tree, path):
@@ -120,3 +131,101 @@ def export_files(params: Mapping[str, Any], m, network: str,
   encoder, head, kind = NETWORKS[network]
   layers = num_layers(params, encoder)
   return hf_config(m, kind, layers, special), to_hf(params, encoder, head, kind)
+
+
+# ---- a ModernBERT directory read in -------------------------------------------------------
+
+# The classes a ModernBERT directory may hold -> (our kind, the tensors' layout in name_pairs).
+# A ModernBertModel is a bare encoder; a ModernBertForTokenClassification of one label is our
+# export's discriminator.
+READ_AS = {'ModernBertForMaskedLM': ('generator', 'generator'),
+           'ModernBertModel': ('discriminator', 'encoder'),
+           'ModernBertForTokenClassification': ('discriminator', 'discriminator')}
+
+
+def is_modern(config: Mapping[str, Any]) -> bool:
+  return 'model_type' in config and config['model_type'] == 'modernbert'
+
+
+def _value(config: Mapping[str, Any], name: str, source: str):
+  if name not in config:
+    raise UsageError(f'{source} has no "{name}"; a ModernBERT config.json gives every size field')
+  return config[name]
+
+
+def attention_layout(config: Mapping[str, Any], source: str) -> tuple[int, float, float]:
+  """(global_every, global RoPE theta, local RoPE theta) from either form transformers writes:
+  global_attn_every_n_layers and *_rope_theta, or layer_types and rope_parameters (v5)."""
+  if 'layer_types' in config and 'rope_parameters' in config:
+    kinds, rope = config['layer_types'], config['rope_parameters']
+    every = next((i for i, kind in enumerate(kinds) if i and kind == 'full_attention'), len(kinds))
+    if kinds != ['full_attention' if i % every == 0 else 'sliding_attention'
+                 for i in range(len(kinds))]:
+      raise UsageError(f'{source}: layer_types {kinds} is not one global layer every n; '
+                       'electra_jax places global layers at 0, n, 2n, ...')
+    if any(rope[kind]['rope_type'] != 'default' for kind in rope):
+      raise UsageError(f'{source}: rope_parameters {rope} scale RoPE, which electra_jax does '
+                       "not; it takes rope_type 'default' only")
+    return (max(every, 1), float(rope['full_attention']['rope_theta']),
+            float(rope['sliding_attention']['rope_theta'] if 'sliding_attention' in rope
+                  else rope['full_attention']['rope_theta']))
+  return (int(_value(config, 'global_attn_every_n_layers', source)),
+          float(_value(config, 'global_rope_theta', source)),
+          float(_value(config, 'local_rope_theta', source)))
+
+
+def check_supported(config: Mapping[str, Any], source: str):
+  """Refuses a ModernBERT config.json whose network would compute something other than ours."""
+  problems = [f'{name} {config[name]!r} (ours: {want!r})' for name, want in (
+      ('hidden_activation', 'gelu'), ('norm_bias', False), ('attention_bias', False),
+      ('mlp_bias', False), ('classifier_bias', False), ('decoder_bias', True),
+      ('classifier_activation', 'gelu'), ('tie_word_embeddings', True))
+      if name in config and config[name] != want]
+  if 'norm_eps' in config and not np.isclose(config['norm_eps'], 1e-5):
+    problems.append(f"norm_eps {config['norm_eps']} (ours: 1e-05)")
+  if 'pad_token_id' in config and config['pad_token_id'] not in (0, None):
+    problems.append(f"pad_token_id {config['pad_token_id']} (electra_jax pads with id 0 and "
+                    'masks attention by input_ids != 0)')
+  if _value(config, 'hidden_size', source) % _value(config, 'num_attention_heads', source):
+    problems.append('hidden_size not divisible by num_attention_heads')
+  if problems:
+    raise UsageError(f'{source} has {"; ".join(problems)}: electra_jax cannot compute this '
+                     'model exactly, so it does not import it')
+
+
+def model_section(config: Mapping[str, Any], base, source: str):
+  """`base` (a `model` config section) with what a ModernBERT config.json determines."""
+  check_supported(config, source)
+  every, theta, local_theta = attention_layout(config, source)
+  model = base.copy_and_resolve_references()
+  width = _value(config, 'hidden_size', source)
+  model.update(
+      architecture='modern', vocab_size=_value(config, 'vocab_size', source),
+      embedding_size=width, hidden_size=width,
+      num_layers=_value(config, 'num_hidden_layers', source),
+      num_heads=config['num_attention_heads'],
+      intermediate_size=_value(config, 'intermediate_size', source),
+      max_position_embeddings=_value(config, 'max_position_embeddings', source),
+      local_window=_value(config, 'local_attention', source), global_every=every,
+      rope_theta=theta, local_rope_theta=local_theta, generator_hidden_size=1.0,
+      dropout_rate=float(config['mlp_dropout']) if 'mlp_dropout' in config else 0.0,
+      attention_dropout_rate=(float(config['attention_dropout'])
+                              if 'attention_dropout' in config else 0.0))
+  return model
+
+
+def read_as(config: Mapping[str, Any], tensors: dict[str, np.ndarray], source: str
+            ) -> tuple[str, str, dict[str, np.ndarray]]:
+  """(our kind, the tensors' layout, the tensors named as in a task class: a bare
+  ModernBertModel's lack the 'model.' prefix)."""
+  names = model_config.architectures(config)
+  known = [a for a in names if a in READ_AS]
+  if not known or (known[0] == 'ModernBertForTokenClassification'
+                   and 'num_labels' in config and config['num_labels'] != 1):
+    raise UsageError(f'{source} holds a {names[0] if names else "ModernBERT without a class"}; '
+                     'electra_jax reads a ModernBertForMaskedLM, a ModernBertModel, or the '
+                     'discriminator of its own export (ModernBertForTokenClassification, one '
+                     'label)')
+  if not any(name.startswith('model.') for name in tensors):
+    tensors = {f'model.{name}': value for name, value in tensors.items()}
+  return (*READ_AS[known[0]], tensors)

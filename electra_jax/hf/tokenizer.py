@@ -142,13 +142,13 @@ def json_tokenizer(vocab: vocab_lib.TokenizerJsonVocab) -> dict[str, Any]:
   return config
 
 
-def tokenizer_config(vocab, model_max_length: int) -> dict[str, Any]:
+def tokenizer_config(vocab, model_max_length: int, token_types: bool = True) -> dict[str, Any]:
   tokens = special_tokens(vocab)
   config = {
       'tokenizer_class': 'PreTrainedTokenizerFast',
       **{f'{role}_token': tokens[role] for role in ROLES if role in tokens},
       'model_max_length': model_max_length,
-      'model_input_names': ['input_ids', 'token_type_ids', 'attention_mask'],
+      'model_input_names': ['input_ids', *['token_type_ids'] * token_types, 'attention_mask'],
       'padding_side': 'right', 'truncation_side': 'right', 'clean_up_tokenization_spaces': False,
   }
   if isinstance(vocab, vocab_lib.WordPieceVocab):
@@ -156,9 +156,10 @@ def tokenizer_config(vocab, model_max_length: int) -> dict[str, Any]:
   return config
 
 
-def write_tokenizer(vocab, out_dir: str, model_max_length: int):
+def write_tokenizer(vocab, out_dir: str, model_max_length: int, token_types: bool = True):
   """Writes tokenizer.json, tokenizer_config.json and the vocabulary file (vocab.model or
-  vocab.txt; for a tokenizer.json vocabulary, special_tokens_map.json) into `out_dir`."""
+  vocab.txt; for a tokenizer.json vocabulary, special_tokens_map.json) into `out_dir`. Without
+  `token_types` (ModernBERT, whose forward takes none) the tokenizer returns no token_type_ids."""
   extra = {}
   if isinstance(vocab, vocab_lib.TokenizerJsonVocab):
     tokenizer = json_tokenizer(vocab)
@@ -175,7 +176,7 @@ def write_tokenizer(vocab, out_dir: str, model_max_length: int):
   with open(os.path.join(out_dir, 'tokenizer.json'), 'w', encoding='utf-8') as f:
     json.dump(tokenizer, f, ensure_ascii=False, indent=2)
   with open(os.path.join(out_dir, 'tokenizer_config.json'), 'w') as f:
-    json.dump(tokenizer_config(vocab, model_max_length), f, indent=2)
+    json.dump(tokenizer_config(vocab, model_max_length, token_types), f, indent=2)
     f.write('\n')
   for name, data in extra.items():
     with open(os.path.join(out_dir, name), 'wb') as f:

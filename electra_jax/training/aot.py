@@ -261,6 +261,37 @@ def analyse(compiled, seconds: float, state, data, model_flops: float, sliced: S
   }
 
 
+def _gib(n: float) -> str:
+  return f'{n / GIB:.2f} GiB'
+
+
+def summary(record: dict) -> str:
+  """The record's gist for a person, printed before its JSON line: whether the step fits, its
+  memory per chip against the chip's HBM, what bounds the step and the MFU that allows."""
+  memory, chip = record['bytes_per_chip'], record['device_kind']
+  where = (f"{record['step']} step on {record['topology']} ({record['chips']} chips, "
+           f"{record['per_chip_batch']:g} sequences of {record['max_seq_length']} per chip)")
+  if 'total' in memory:  # compiled: XLA's total against the chip's HBM
+    used = (f"{_gib(memory['total'])} per chip of the {chip}'s {_gib(memory['hbm'])} HBM "
+            f"({memory['total'] / memory['hbm']:.0%})")
+  else:  # XLA:TPU refused to compile it: its message has the sizes
+    used = f"out of the {chip}'s {_gib(memory['hbm'])} HBM per chip ({memory['error'][:200]})"
+  lines = [f"{'fits' if memory['fits'] else 'does NOT fit'}: {used}; {where}"]
+  if 'roofline' in record:
+    roof = record['roofline']
+    ceiling = f", so MFU is at most {roof['mfu_ceiling']:.0%}" if roof['mfu_ceiling'] else ''
+    lines.append(f"bound by {roof['bound_by']}: a step takes at least "
+                 f"{roof['step_s_lower_bound'] * 1e3:.3g} ms (compute {roof['compute_s'] * 1e3:.3g}"
+                 f" ms, HBM traffic {roof['memory_s'] * 1e3:.3g} ms){ceiling}")
+  if 'largest_per_chip_batch' in record:
+    search = record['largest_per_chip_batch']
+    lines.append(f"largest per-chip batch that fits: {search['remat_off']['per_chip_batch']} "
+                 f"without remat, {search['remat_on']['per_chip_batch']} with")
+  if not memory['fits']:
+    lines.append('fewer sequences per chip (--config.batch_size) or --config.remat=true may fit')
+  return '\n'.join(lines)
+
+
 def slice_record(sliced: Slice) -> dict:
   return {'topology': sliced.name, 'chips': len(sliced.devices), 'hosts': sliced.hosts,
           'device_kind': sliced.devices[0].device_kind, 'chip': sliced.chip._asdict()}

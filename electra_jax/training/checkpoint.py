@@ -189,6 +189,10 @@ def _check_fits(manager: ocp.CheckpointManager, step: int, params,
                 run_identity: dict | None) -> str:
   """The checkpoint's name, once its metadata reads and its parameters fit `params`."""
   name = f'checkpoint {manager.directory}/{step}'
+  metadata = f'{manager.directory}/{step}/default/_METADATA'
+  if not storage.exists(metadata):  # Orbax would warn twice, then fail reading None
+    raise DamagedCheckpoint(f'{name} cannot be read: {metadata} is missing (an interrupted write '
+                            'or a partial copy)')
   try:
     saved_identity = manager.metadata(step).custom_metadata or {}
     saved_params = manager.item_metadata(step)['params']

@@ -26,6 +26,11 @@ one-directional but computed, and counted, as a full L x L product), a cloze hea
 their concatenation, the vocabulary projection at every token (2·T·E·V), and ELECTRA's
 discriminator and head.
 
+model.architecture='modern' changes only the encoder layers: a GeGLU feed-forward of
+2·T·3·W·F (W -> 2F, then F -> W), and attention on a local layer (all but every global_every-th)
+over the window's min(L, 2·(window // 2) + 1) keys instead of all L. Its heads (dense W -> W
+before the vocabulary or the score) cost what the formulas above give with E = W.
+
 T = B·L tokens, P = B·N selected positions (N slots per sequence, all computed, used or not).
 Training costs 3x the forward pass: the backward pass computes a gradient for both operands of
 every product, at twice the forward cost. A frozen generator (config.generator_init) costs its
@@ -36,7 +41,7 @@ the optimizer, all linear in the parameter or token count and small next to the 
 
 import ml_collections
 
-from electra_jax.common.config import generator_depth, generator_width
+from electra_jax.common.config import generator_depth, generator_heads_and_ffn, generator_width
 from electra_jax.objective.masking import num_slots
 
 # Dense bfloat16 tensor-core peaks (FLOP/s) by device kind, from the vendors' data sheets; the
@@ -59,11 +64,18 @@ def table_peak_flops(device_kind: str) -> float | None:
   return next((peak for key, peak in PEAK_BF16_FLOPS if key in device_kind), None)
 
 
-def _encoder(name: str, tokens: int, length: int, embedding: int, width: int, ffn: int,
-             layers: int, towers: int = 1) -> dict[str, int]:
-  project = 2 * tokens * embedding * width if embedding != width else 0
-  return {name: towers * (project + layers * 2 * tokens * (4 * width * width + 2 * width * ffn)),
-          f'{name}_attention': towers * layers * 2 * 2 * tokens * length * width}
+def _encoder(name: str, m: ml_collections.ConfigDict, tokens: int, length: int, width: int,
+             ffn: int, layers: int, towers: int = 1) -> dict[str, int]:
+  project = 2 * tokens * m.embedding_size * width if m.embedding_size != width else 0
+  if m.architecture == 'modern':  # GeGLU's three FFN matrices; local layers see their window
+    ffn_matrices, global_layers = 3, len(range(0, layers, m.global_every))
+    keys = (global_layers * length
+            + (layers - global_layers) * min(length, 2 * (m.local_window // 2) + 1))
+  else:
+    ffn_matrices, keys = 2, layers * length
+  return {name: towers * (project + layers * 2 * tokens * (4 * width * width
+                                                           + ffn_matrices * width * ffn)),
+          f'{name}_attention': towers * 2 * 2 * tokens * keys * width}
 
 
 def forward_flops(config: ml_collections.ConfigDict) -> dict[str, int]:
@@ -71,7 +83,7 @@ def forward_flops(config: ml_collections.ConfigDict) -> dict[str, int]:
   m, objective = config.model, config.objective
   batch, length = config.batch_size, config.max_seq_length
   tokens, positions = batch * length, batch * num_slots(length, config.mask_prob)
-  discriminator = _encoder('discriminator', tokens, length, m.embedding_size, m.hidden_size,
+  discriminator = _encoder('discriminator', m, tokens, length, m.hidden_size,
                            m.intermediate_size, m.num_layers)
   if objective == 'mlm':
     return {**discriminator, 'mlm_head': 2 * positions * m.hidden_size * m.embedding_size,
@@ -80,7 +92,7 @@ def forward_flops(config: ml_collections.ConfigDict) -> dict[str, int]:
   if config.generator_kind == 'unigram':  # ELECTRA without a generator network
     return {**discriminator, **discriminator_head}
   width = generator_width(m)
-  generator = _encoder('generator', tokens, length, m.embedding_size, width, 4 * width,
+  generator = _encoder('generator', m, tokens, length, width, generator_heads_and_ffn(m)[1],
                        generator_depth(m), towers=2 if objective == 'electric' else 1)
   if objective == 'electric':
     return {**generator, 'cloze_head': 2 * tokens * 2 * width * m.embedding_size,

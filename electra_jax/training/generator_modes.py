@@ -140,11 +140,17 @@ class Source(NamedTuple):
 HFReader = Callable[[str, ml_collections.ConfigDict], Source]
 
 
+def _shape(m: ml_collections.ConfigDict, width: int, heads: int, ffn: int, layers: int) -> Shape:
+  if m.architecture == 'modern':  # RoPE: no position or token-type table, one width throughout
+    return Shape(width, heads, ffn, layers, width, m.vocab_size, 0, 0)
+  return Shape(width, heads, ffn, layers, m.embedding_size, m.vocab_size,
+               m.max_position_embeddings, m.type_vocab_size)
+
+
 def generator_shape(m: ml_collections.ConfigDict) -> Shape:
   """The shape of the run's generator (networks.generator_encoder builds it)."""
-  width = config_lib.generator_width(m)
-  return Shape(width, max(1, width // 64), 4 * width, config_lib.generator_depth(m),
-               m.embedding_size, m.vocab_size, m.max_position_embeddings, m.type_vocab_size)
+  return _shape(m, config_lib.generator_width(m), *config_lib.generator_heads_and_ffn(m),
+                config_lib.generator_depth(m))
 
 
 def _hf_config(directory: str) -> dict | None:
@@ -177,6 +183,9 @@ def _saved_run(directory: str) -> ml_collections.ConfigDict:
 def source_shape(directory: str) -> Shape:
   """The shape of the generator in `directory`, from its config.json alone."""
   hf = _hf_config(directory)
+  if hf is not None and hf['model_type'] == 'modernbert':
+    return Shape(hf['hidden_size'], hf['num_attention_heads'], hf['intermediate_size'],
+                 hf['num_hidden_layers'], hf['hidden_size'], hf['vocab_size'], 0, 0)
   if hf is not None:  # BERT has no embedding_size: its embeddings are hidden_size wide
     return Shape(hf['hidden_size'], hf['num_attention_heads'], hf['intermediate_size'],
                  hf['num_hidden_layers'], hf.get('embedding_size') or hf['hidden_size'],
@@ -184,8 +193,7 @@ def source_shape(directory: str) -> Shape:
   saved = _saved_run(directory)
   m = saved.model
   if saved.objective == 'mlm':
-    return Shape(m.hidden_size, m.num_heads, m.intermediate_size, m.num_layers,
-                 m.embedding_size, m.vocab_size, m.max_position_embeddings, m.type_vocab_size)
+    return _shape(m, m.hidden_size, m.num_heads, m.intermediate_size, m.num_layers)
   return generator_shape(m)
 
 

@@ -67,6 +67,12 @@ def load_run_vocab(workdir: str, directory: str):
   return vocab_lib.load_vocab(local_copy(run_vocab_path(workdir), directory))
 
 
+def check_files(config: ml_collections.ConfigDict) -> None:
+  """Refuses a path or glob of either split's corpus that names no file, before any work."""
+  for split in preparation.SPLITS:
+    preparation.check_files(sources_lib.from_config(config.data, split) or ())
+
+
 def setup_vocab(config: ml_collections.ConfigDict, workdir: str) -> vocab_lib.AnyVocab:
   """The workdir's vocab.model, vocab.txt or tokenizer.json, on first use copied from
   data.vocab_model or data.prepared_dir, or trained as data.vocab_type (in local_dir, then

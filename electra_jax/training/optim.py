@@ -44,10 +44,11 @@ def learning_rate_schedule(peak: float, warmup_steps: int, total_steps: int) -> 
 
 
 def decay_mask(params):
-  """True for parameters that get weight decay: everything but LayerNorm parameters and biases."""
+  """True for parameters that get weight decay: everything but LayerNorm parameters and biases
+  (the modern design's norms are attention_norm, mlp_norm and final_norm)."""
   def wants_decay(path, _):
     names = [getattr(k, 'key', str(k)) for k in path]
-    return not (names[-1] in ('bias', 'output_bias') or any('layer_norm' in n for n in names))
+    return not (names[-1] in ('bias', 'output_bias') or any('norm' in n for n in names))
   return jax.tree_util.tree_map_with_path(wants_decay, params)
 
 

@@ -10,6 +10,7 @@ import io
 import json
 import math
 import os
+import shlex
 
 from absl import logging
 
@@ -96,6 +97,21 @@ class MetricsWriter:
       if self._jsonl is not None:
         self._jsonl.close()
       self._tensorboard.close()
+
+
+def finished(workdir: str, step: int, total: int, already: bool) -> str:
+  """What a finished run says, at its end or when run again: its checkpoint and what next."""
+  run = shlex.quote(workdir.rstrip('/'))
+  state = ('already finished: raise --config.num_train_steps to train on' if already
+           else 'finished')
+  return (f'the run in {workdir} is {state} (step {step} of {total}); its checkpoint is '
+          f'{os.path.join(workdir, "checkpoints", str(step))}. Next, fine-tune it (GLUE MRPC '
+          'here; other tasks in docs/finetuning.md):\n'
+          '  python -m electra_jax.finetune --config=configs/finetune/glue.py '
+          f'--config.task=MRPC --config.data_dir=GLUE_DIR --config.init_from={run} '
+          f'--workdir={run}/finetune/MRPC\n'
+          'or export it to Hugging Face transformers:\n'
+          f'  python -m electra_jax.export --workdir={run} --out={run}/hf')
 
 
 # ---- a run that stopped learning ---------------------------------------------------------------

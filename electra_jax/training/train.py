@@ -361,6 +361,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   config = generator_modes.fitted(config)
   storage.check_uri(workdir, '--workdir')
   storage.check_uri(config.compilation_cache_dir, '--config.compilation_cache_dir')
+  inputs.check_files(config)  # a bad glob used to surface only after the vocabulary and data
   storage.makedirs(workdir)
   # Process 0 speaks for a multi-host run: its other processes share the workdir.
   with (run_lock.only_run_in(workdir, 'pretraining run') if jax.process_index() == 0
@@ -422,6 +423,10 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                         'steps before are kept in config.until-%d.json', first_step,
                         '; '.join(changes), first_step)
       config_lib.save_config(config, workdir)  # only once the checkpoint is known to fit
+    if restored is not None and first_step >= config.num_train_steps:
+      if is_chief:  # rather than 'resuming at step N of N' and nothing more
+        logging.info(report.finished(workdir, first_step, config.num_train_steps, already=True))
+      return state
     logging.info('%s at step %d of %d on %d device(s); objective %s, %s parameters',
                  'resuming' if restored is not None else 'starting', first_step,
                  config.num_train_steps, jax.device_count(), config.objective,
@@ -503,6 +508,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                         config.num_train_steps)
         break
     checkpoint.check_written(manager, wait=True)
+    if is_chief and int(state.step) >= config.num_train_steps:
+      logging.info(report.finished(workdir, int(state.step), config.num_train_steps,
+                                   already=False))
   finally:
     if batches is not None:
       batches.close()  # stops the prefetch thread

@@ -12,7 +12,12 @@ each at the FLOPs of `--steps` steps of the config's ELECTRA (flops.train_step_f
   fast        config.generator_init=DIR/generator (embedding_sharing 'none', which it needs),
               temperature_start=--fast_temperature_start annealed linearly to the config's
               temperature, for as many steps as the FLOPs left after the generator's pay for
-              (its steps count the generator's forward pass only).
+              (its steps count the generator's forward pass only);
+  modern      model.architecture='modern' (issue 78's measurement): the config's width, depth,
+              heads and training recipe on ModernBERT's design, with its proportions (a GeGLU
+              1.5x as wide as the layer; a generator as wide and half as deep, GDES sharing),
+              for as many steps as ELECTRA's FLOPs pay for.
+--starts picks which of these (and random init) run; each run another needs comes along.
 Fine-tuning, every seed, from each discriminator and from random init: MRPC with the GLUE recipe
 (its layer-wise decay) and chunking with the chunking recipe at length 128 and no layer decay,
 the setting that counted for each task in the study. Each part is skipped when it has finished
@@ -35,9 +40,14 @@ from research.transfer_study import finetune_glue, study, study_parts, transfer_
 
 REPO = finetune_glue.REPO
 CHUNK_CONFIG = os.path.join(REPO, 'configs', 'finetune', 'chunk.py')
-STARTS = ('electra', 'whole_word', 'fast', 'random')
+STARTS = ('electra', 'whole_word', 'fast', 'modern', 'random')
 LABELS = {'electra': 'ELECTRA (token masking)', 'whole_word': 'ELECTRA, whole-word masking',
-          'fast': 'Fast-ELECTRA (frozen MLM generator)', 'random': 'random init'}
+          'fast': 'Fast-ELECTRA (frozen MLM generator)', 'modern': 'ELECTRA, modern encoder',
+          'random': 'random init'}
+# The pretraining runs each start needs: ELECTRA's always (the budget, random init's shape).
+NEEDS = {'electra': ('electra',), 'whole_word': ('electra', 'whole_word'),
+         'fast': ('electra', 'generator', 'fast'), 'modern': ('electra', 'modern'),
+         'random': ('electra',)}
 TASKS = ('MRPC', 'chunk')
 DECAY = {'MRPC': 0.0, 'chunk': 1.0}  # 0: the recipe's layer-wise decay; 1: none
 
@@ -60,7 +70,13 @@ def parse_args(argv=None):
   parser.add_argument('--max_train_examples', type=int, default=0,
                       help='> 0: the first N MRPC pairs and chunking sentences (tests)')
   parser.add_argument('--jobs', type=int, default=0, help='parts at once; 0 = one per core')
+  parser.add_argument('--starts', default='electra,whole_word,fast,random',
+                      help=f"comma-separated, from {', '.join(STARTS)}")
   args = parser.parse_args(argv)
+  asked = [s for s in args.starts.split(',') if s]
+  if not asked or set(asked) - set(STARTS) or len(set(asked)) != len(asked):
+    raise UsageError(f"--starts={args.starts}: name some of {', '.join(STARTS)}, each once")
+  args.starts = [s for s in STARTS if s in asked]
   args.out, args.corpus, args.glue_dir, args.conll_dir = map(
       os.path.abspath, (args.out, args.corpus, args.glue_dir, args.conll_dir))
   args.set = []  # what study.prepare_data and study.pretrain read
@@ -78,6 +94,7 @@ def plan_pretraining(args, data_dir: str) -> dict[str, dict]:
   base = [f'--config={os.path.abspath(args.config)}', f'--config.data.prepared_dir={data_dir}']
   electra = study.resolve_config(base)
   width = config_lib.generator_width(electra.model)  # the MLM network is the generator's shape
+  modern = electra.model.hidden_size
   flags = {
       'electra': base + ['--config.masking=token'],
       'whole_word': base + ['--config.masking=whole_word'],
@@ -87,13 +104,22 @@ def plan_pretraining(args, data_dir: str) -> dict[str, dict]:
       'fast': base + [f'--config.generator_init={os.path.join(args.out, "generator")}',
                       '--config.embedding_sharing=none',
                       f'--config.temperature_start={args.fast_temperature_start}'],
+      'modern': base + ['--config.model.architecture=modern',
+                        f'--config.model.embedding_size={modern}',
+                        f'--config.model.intermediate_size={3 * modern // 2}',
+                        '--config.model.generator_hidden_size=1.0',
+                        '--config.model.generator_layers=0.5', '--config.embedding_sharing=gdes'],
   }
-  per_step = {name: flops.train_step_flops(study.resolve_config(f)) for name, f in flags.items()}
+  runs = sorted({run for start in args.starts for run in NEEDS[start]}, key=list(flags).index)
+  per_step = {name: flops.train_step_flops(study.resolve_config(flags[name])) for name in runs}
   budget = args.steps * per_step['electra']
   steps = {'electra': args.steps, 'whole_word': args.steps, 'generator': args.steps}
-  steps['fast'] = round((budget - steps['generator'] * per_step['generator']) / per_step['fast'])
-  return {name: {'flags': f + [f'--config.num_train_steps={steps[name]}'], 'steps': steps[name],
-                 'flops_per_step': per_step[name]} for name, f in flags.items()}
+  if 'fast' in runs:
+    steps['fast'] = round((budget - steps['generator'] * per_step['generator']) / per_step['fast'])
+  if 'modern' in runs:
+    steps['modern'] = round(budget / per_step['modern'])
+  return {name: {'flags': flags[name] + [f'--config.num_train_steps={steps[name]}'],
+                 'steps': steps[name], 'flops_per_step': per_step[name]} for name in runs}
 
 
 def finetune_command(args, start: str, task: str, out: str) -> list[str]:
@@ -140,18 +166,16 @@ def run(args, state: dict) -> dict:
                              for name, run in plan.items()), flush=True)
   study.prepare_data(args, state, data_dir)
   pretrain = lambda name: (lambda cores: study.pretrain(args, state, name, plan[name], cores))
-  parts = {'pretrain_generator': (pretrain('generator'), ()),
-           'pretrain_electra': (pretrain('electra'), ()),
-           'pretrain_whole_word': (pretrain('whole_word'), ()),
-           'pretrain_fast': (pretrain('fast'), ('pretrain_generator',))}
+  # The generator first: Fast-ELECTRA waits for it while the others pretrain.
+  order = sorted(plan, key=('generator', 'electra', 'whole_word', 'fast', 'modern').index)
+  parts = {f'pretrain_{name}': (pretrain(name), ('pretrain_generator',) * (name == 'fast'))
+           for name in order}
   for task in TASKS:
-    for start in STARTS:
+    for start in args.starts:
       needs = ('pretrain_electra',) if start == 'random' else (f'pretrain_{start}',)
       parts[f'finetune_{start}_{task}'] = (
           lambda cores, s=start, t=task: fine_tune(args, state, s, t, cores), needs)
-  order = ['pretrain_generator', 'pretrain_electra', 'pretrain_whole_word', 'pretrain_fast']
-  study_parts.run_all({k: parts[k] for k in order + [p for p in parts if p not in order]},
-                      args.jobs)
+  study_parts.run_all(parts, args.jobs)
   return plan
 
 
@@ -159,23 +183,24 @@ def summarise(args, plan: dict, state: dict) -> dict:
   """Every run's FLOPs, AUC and wall time, and every fine-tuning seed, from what is in DIR."""
   runs = {name: transfer_report.pretraining_summary(args.out, name, state) for name in plan}
   total = {name: (s or {}).get('flops', 0) for name, s in runs.items()}
-  total['fast'] = total['fast'] + total['generator']  # its generator's pretraining counts
+  if 'fast' in total:
+    total['fast'] = total['fast'] + total['generator']  # its generator's pretraining counts
   scores = {start: {task: transfer_report.finetuning_summary(args.out, start, task, state)
-                    for task in TASKS} for start in STARTS}
+                    for task in TASKS} for start in args.starts}
   return {'plan': plan, 'pretraining': runs, 'total_flops': total, 'finetuning': scores,
           'settings': {k: getattr(args, k) for k in ('steps', 'fast_temperature_start', 'seeds',
                                                      'max_seq_length', 'finetune_epochs',
-                                                     'max_train_examples')}}
+                                                     'max_train_examples', 'starts')}}
 
 
 def markdown(summary: dict) -> str:
   lines = ['| start | total FLOPs | steps | held-out AUC | pretraining wall | MRPC acc seeds '
            '(median) | MRPC F1 | chunking F1 seeds (median) |', '|---|---|---|---|---|---|---|---|']
-  for start in STARTS:
+  for start in summary['finetuning']:
     run = summary['pretraining'].get(start)
     auc = ((run or {}).get('final_eval') or {}).get('eval_disc_auc')
     wall = (run or {}).get('seconds', 0) + (
-        summary['pretraining']['generator'] or {}).get('seconds', 0) * (start == 'fast')
+        summary['pretraining'].get('generator') or {}).get('seconds', 0) * (start == 'fast')
     cells = [LABELS[start]]
     cells += ([f"{summary['total_flops'][start]:.3g}", f"{run['steps']:,}",
                f'{auc:.3f}' if auc is not None else '-', format_duration(wall)]

@@ -3,8 +3,10 @@
 The head is the original's: [CLS] -> dropout -> one dense layer (labels, or STS-B's score),
 Glorot-uniform as TensorFlow's default, no pooler. head='transformers' puts
 ElectraForSequenceClassification's dense, exact GELU and dropout before it (its new layer drawn
-normal(0.02)), so the model exports as that class. pooling='mean' reads the top layer's mean over
-the real tokens: replaced-token detection never asks [CLS] anything.
+normal(0.02)), so the model exports as that class; on a 'modern' encoder it is
+ModernBertForSequenceClassification's (init.modern_head on the pooled vector). pooling='mean'
+reads the top layer's mean over the real tokens: replaced-token detection never asks [CLS]
+anything.
 """
 
 from typing import Any
@@ -13,7 +15,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 import ml_collections
 
-from electra_jax.finetune.init import encode
+from electra_jax.finetune.init import encode, modern_head
 
 
 class Classifier(nn.Module):
@@ -28,6 +30,9 @@ class Classifier(nn.Module):
   @nn.compact
   def __call__(self, input_ids, segment_ids, deterministic: bool = True):
     hidden = encode(self, input_ids, segment_ids, deterministic)
+    if self.head == 'transformers' and self.config.architecture == 'modern':
+      return modern_head(pool(hidden, input_ids, self.pooling), self.num_outputs,
+                         self.head_dropout_rate, deterministic)
     dropout = nn.Dropout(self.head_dropout_rate)
     pooled = dropout(pool(hidden, input_ids, self.pooling), deterministic=deterministic)
     if self.head == 'transformers':

@@ -73,9 +73,28 @@ def write_submission(path: str, task: tasks.Task, examples: glue_data.Examples,
     f.write('\n'.join(lines) + '\n')
 
 
+def majority_class(task: tasks.Task, dev_labels: dict[str, np.ndarray]) -> dict | None:
+  """Each dev split's metrics with every example given its most frequent label: the floor a
+  classifier must clear (None for STS-B, a regression)."""
+  if task.is_regression:
+    return None
+  return {name: tasks.majority_scores(task.metrics, labels) for name, labels in dev_labels.items()}
+
+
+def at_or_below_majority(task: tasks.Task, median: dict, majority: dict | None,
+                         dev_labels: dict[str, np.ndarray]) -> list[str]:
+  """A warning for each dev split whose median score does not beat the majority class's."""
+  metric = task.metrics[0]
+  return [f'{task.name} {split} {metric} {median[split][metric]:.4f} is at or below the '
+          f'majority class\'s {majority[split][metric]:.4f} (every example labelled '
+          f'{task.labels[tasks.majority_label(dev_labels[split])]!r}): the model learned nothing '
+          'beyond the label counts; pretrain longer, or try another learning rate or more epochs'
+          for split in (majority or {}) if median[split][metric] <= majority[split][metric]]
+
+
 def write_results(workdir: str, task: tasks.Task, config, description: str, budget: dict,
                   per_seed: dict[int, dict], predictions: dict[int, dict[str, np.ndarray]],
-                  test: dict[str, glue_data.Examples]) -> dict:
+                  test: dict[str, glue_data.Examples], majority: dict | None = None) -> dict:
   """DIR/results.json and the submission files; returns results.json's contents."""
   task_scores = {seed: s[task.dev[0].name][task.metrics[0]] for seed, s in per_seed.items()}
   chosen = loop.median_of(task_scores)
@@ -94,7 +113,8 @@ def write_results(workdir: str, task: tasks.Task, config, description: str, budg
       'seeds': {str(seed): scores for seed, scores in per_seed.items()},
       'submission_seed': chosen if predictions[chosen] else None,  # None: no test split
       'submission_files': sorted(f'{name}.tsv' for name in test), 'budget': budget,
-      'learning_rate': config.learning_rate, 'layer_decay': config.layer_decay}
+      'learning_rate': config.learning_rate, 'layer_decay': config.layer_decay,
+      'majority_class': majority}
   loop.write_json(os.path.join(workdir, loop.RESULTS), summary)
   return summary
 
@@ -158,8 +178,15 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
             'steps': total_steps, 'batch_size': config.batch_size,
             'epochs': config.num_epochs, 'max_seq_length': config.max_seq_length,
             'seconds': round(time.perf_counter() - started, 1)}
+  dev_labels = {name: labels for name, (_, labels) in eval_inputs['dev'].items()}
+  majority = majority_class(task, dev_labels)
   summary = write_results(workdir, task, config, start.description, budget, per_seed,
-                          predictions, data.test)
+                          predictions, data.test, majority)
+  if majority:
+    logging.info('%s: median %s; majority class %s', task.name,
+                 loop.format_scores(summary['median']), loop.format_scores(majority))
+  for warning in at_or_below_majority(task, summary['median'], majority, dev_labels):
+    logging.warning(warning)
   # One program per batch length: at most one per multiple up to the set's length.
   multiple = config.length_multiple
   pretrain.check_compiled_once(compiled.step, -(-width // multiple) if multiple else 1)

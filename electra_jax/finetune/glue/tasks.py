@@ -167,3 +167,14 @@ METRICS = {'accuracy': accuracy, 'f1': f1, 'mcc': mcc, 'pearson': pearson, 'spea
 
 def compute(names, labels, predictions) -> dict[str, float]:
   return {name: METRICS[name](labels, predictions) for name in names}
+
+
+def majority_label(labels) -> int:
+  """The most frequent class id (the lowest of those tied)."""
+  return int(np.argmax(np.bincount(np.asarray(labels))))
+
+
+def majority_scores(names, labels) -> dict[str, float]:
+  """The metrics of labelling every example with the majority class: what a classifier that
+  learned nothing from the text scores."""
+  return compute(names, labels, np.full(len(labels), majority_label(labels)))

@@ -4,7 +4,8 @@ Head 'electra' is the original's (qa_tasks.py, joint_prediction=True): end logit
 on the start, dense(512, GELU) over [h_start; h_end] then dense(1), on the gold start in training
 and on a beam of starts and ends in prediction; for SQuAD 2.0 it adds the answerability logit,
 dense(512, GELU) over [h_CLS; sum_i softmax(start)_i h_i] then dense(1), sigmoid cross-entropy
-weighted 0.5. Head 'plain' is ElectraForQuestionAnswering's dense(2), start and end independent.
+weighted 0.5. Head 'plain' is ElectraForQuestionAnswering's dense(2), start and end independent
+(on a 'modern' encoder ModernBertForQuestionAnswering's: init.modern_head to 2, no dropout).
 As in the original, positions that cannot be an answer lose 1000 from their logits ([CLS] stays:
 "no answer here"), heads start Glorot-uniform, and the span loss averages start and end.
 """
@@ -17,7 +18,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from electra_jax.finetune.init import encode
+from electra_jax.finetune.init import encode, modern_head
 
 HEADS = ('electra', 'plain')
 ANSWERABLE_WEIGHT = 0.5   # the original's answerable_weight
@@ -51,7 +52,8 @@ class QuestionAnswerer(nn.Module):
     hidden = encode(self, input_ids, segment_ids, deterministic).astype(jnp.float32)
     bias = answer_bias(input_ids, segment_ids)
     if self.head == 'plain':
-      logits = _dense(2, 'qa_outputs')(hidden) + bias[..., None]
+      logits = (modern_head(hidden, 2, 0.0, deterministic) if self.config.architecture == 'modern'
+                else _dense(2, 'qa_outputs')(hidden)) + bias[..., None]
       return {'start_logits': logits[..., 0], 'end_logits': logits[..., 1]}
     start_logits = _dense(1, 'start_logits')(hidden)[..., 0] + bias
     end_layer = _EndLogits(self.head_hidden_size, name='end')

@@ -8,6 +8,7 @@ best_non_null.json (the answers before the threshold, for the 2.0 script's thres
 import dataclasses
 import functools
 import os
+import time
 
 from absl import logging
 import jax
@@ -102,10 +103,16 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   def run_seed(seed, log):
     params = loop.train_seed(config, seed, start, model, compiled, train_inputs, total_steps,
                              schedule, log, workdir)
+    # Minutes on a CPU for the full dev set: said at its start, with progress as it goes.
+    logging.info('seed %d: predicting %d dev questions (%d windows)', seed,
+                 len(dev_set.questions), len(dev_windows.input_ids))
+    started = time.perf_counter()
     outputs = loop.predict(compiled.predict, params, dev_windows.model_inputs(),
-                           config.eval_batch_size, compiled.batch_sharding)
+                           config.eval_batch_size, compiled.batch_sharding, 'dev windows')
     found = squad_predict.answers(dev_set, dev_windows, dev_contexts, outputs, config.head,
                                   task.v2, config.n_best_size, config.max_answer_length)
+    logging.info('seed %d: predicted the dev answers in %.1f s', seed,
+                 time.perf_counter() - started)
     threshold = config.na_threshold
     files = {'predictions.json': found.predictions(threshold)}
     if not task.v2:

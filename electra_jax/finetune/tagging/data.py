@@ -8,6 +8,7 @@ does not fit, or has no sub-token, is predicted 'O'.
 """
 
 import os
+import re
 from typing import NamedTuple
 
 import numpy as np
@@ -17,12 +18,25 @@ from electra_jax.finetune.tagging import metrics as chunk_metrics
 
 ENCODINGS = ('BIOES', 'BIO')
 IGNORED = -1  # label of the sub-tokens that are not a word's first
+CHUNK_TAG = re.compile(r'O|[BIES]-\S+')  # what a CoNLL line ends in (BIO, or BIOES)
 
 
 class Sentences(NamedTuple):
   path: str
   words: list[list[str]]
   tags: list[list[str]]
+
+
+def _tag(path: str, number: int, line: str, fields: list[str]) -> str:
+  """The chunk tag of one word's line; other text (a GLUE TSV) is refused at its first line."""
+  where = f"'{path}' line {number}: {line.strip()[:80]!r}"
+  if len(fields) < 2:
+    raise UsageError(f"{where} has no tag; CoNLL lines are 'WORD POS CHUNK'")
+  if not CHUNK_TAG.fullmatch(fields[-1]):
+    raise UsageError(f'{where} is not CoNLL: it ends in {fields[-1]!r}, no chunk tag (B-NP, '
+                     "I-VP, O); chunking reads 'WORD POS CHUNK' lines, a blank line between "
+                     'sentences (the CoNLL-2000 files)')
+  return fields[-1]
 
 
 def read(path: str, max_sentences: int = 0) -> Sentences:
@@ -36,10 +50,7 @@ def read(path: str, max_sentences: int = 0) -> Sentences:
       if not fields:
         sentences.append([])
       elif fields[0] != '-DOCSTART-':
-        if len(fields) < 2:
-          raise UsageError(f"'{path}' line {number}: {line.strip()!r} has no tag; CoNLL lines "
-                           "are 'WORD POS CHUNK'")
-        sentences[-1].append((fields[0], fields[-1]))
+        sentences[-1].append((fields[0], _tag(path, number, line, fields)))
   sentences = [sentence for sentence in sentences if sentence]
   if not sentences:
     raise UsageError(f"'{path}' holds no sentences")

@@ -39,7 +39,8 @@ def is_task(name: str) -> bool:
 
 class Tagger(nn.Module):
   """Per-token label logits [B, L, num_labels]: one dense layer over the sequence output (the
-  original had no dropout of its own before it, only the encoder's)."""
+  original had no dropout of its own before it, only the encoder's); on a 'modern' encoder,
+  ModernBertForTokenClassification's head, its dropout the encoder's rate."""
   config: ml_collections.ConfigDict
   num_labels: int
   dtype: Any = jnp.float32
@@ -48,6 +49,8 @@ class Tagger(nn.Module):
   @nn.compact
   def __call__(self, input_ids, segment_ids, deterministic: bool = True):
     hidden = init.encode(self, input_ids, segment_ids, deterministic)
+    if self.config.architecture == 'modern':
+      return init.modern_head(hidden, self.num_labels, self.config.dropout_rate, deterministic)
     return nn.Dense(self.num_labels, kernel_init=nn.initializers.glorot_uniform(),
                     dtype=jnp.float32, name='classifier')(hidden)
 

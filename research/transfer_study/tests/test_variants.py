@@ -62,3 +62,20 @@ def test_the_table_names_every_start_and_marks_what_has_not_run():
   assert lines[2] == ('| ELECTRA (token masking) | 6.6e+10 | 10 | 0.750 | 1m00s | '
                       '70.00, 72.00, 71.00 (71.00) | 80.00 | 58.00, 57.50, 58.25 (58.00) |')
   assert lines[3].count('| - ') == 7
+
+
+def test_the_modern_run_costs_electras_flops_on_modernberts_design(tmp_path):
+  args = variants.parse_args([f'--out={tmp_path}', '--steps=1000', '--jobs=1',
+                              '--starts=modern,electra'])
+  runs = variants.plan_pretraining(args, str(tmp_path / 'data'))
+  assert list(runs) == ['electra', 'modern'] and args.starts == ['electra', 'modern']
+  budget = runs['electra']['steps'] * runs['electra']['flops_per_step']
+  assert abs(runs['modern']['steps'] * runs['modern']['flops_per_step'] - budget) <= (
+      runs['modern']['flops_per_step'] / 2)
+  electra, modern = (study.resolve_config(runs[name]['flags']) for name in ('electra', 'modern'))
+  assert modern.model.architecture == 'modern' and electra.model.architecture == 'bert'
+  assert (modern.model.hidden_size, modern.model.num_layers) == (
+      electra.model.hidden_size, electra.model.num_layers)
+  assert modern.model.intermediate_size == 3 * modern.model.hidden_size // 2
+  with pytest.raises(variants.UsageError, match='--starts=modern,bert'):
+    variants.parse_args([f'--out={tmp_path}', '--starts=modern,bert'])
