@@ -270,7 +270,7 @@ def test_a_score_at_or_below_the_majority_class_is_warned_of():
                                'f1': pytest.approx(0.8122, abs=1e-4)}}
   below = {'MRPC': {'accuracy': 0.591, 'f1': 0.70}}
   assert glue_run.at_or_below_majority(task, below, majority, labels) == [
-      "MRPC MRPC accuracy 0.5910 is at or below the majority class's 0.6838 (every example "
+      "MRPC accuracy 0.5910 is at or below the majority class's 0.6838 (every example "
       "labelled '1'): the model learned nothing beyond the label counts; pretrain longer, or "
       'try another learning rate or more epochs']
   above = {'MRPC': {'accuracy': 0.72, 'f1': 0.80}}

@@ -85,7 +85,7 @@ def at_or_below_majority(task: tasks.Task, median: dict, majority: dict | None,
                          dev_labels: dict[str, np.ndarray]) -> list[str]:
   """A warning for each dev split whose median score does not beat the majority class's."""
   metric = task.metrics[0]
-  return [f'{task.name} {split} {metric} {median[split][metric]:.4f} is at or below the '
+  return [f'{split} {metric} {median[split][metric]:.4f} is at or below the '
           f'majority class\'s {majority[split][metric]:.4f} (every example labelled '
           f'{task.labels[tasks.majority_label(dev_labels[split])]!r}): the model learned nothing '
           'beyond the label counts; pretrain longer, or try another learning rate or more epochs'
