@@ -78,6 +78,18 @@ class Vocab:
     return hashlib.sha256(self.processor.serialized_model_proto()).hexdigest()
 
 
+def _encode(tokenizer: tokenizers.Tokenizer, lines: Sequence[str]) -> list[list[int]]:
+  """Token ids of each line; the CLS and SEP tokens are added by packing, not here."""
+  return [e.ids for e in tokenizer.encode_batch(list(lines), add_special_tokens=False)]
+
+
+def _encode_with_offsets(tokenizer: tokenizers.Tokenizer, lines: Sequence[str]
+                         ) -> list[tuple[list[int], list[tuple[int, int]]]]:
+  """Token ids of each line and each token's [start, end) character span in that line."""
+  return [(e.ids, [tuple(o) for o in e.offsets])
+          for e in tokenizer.encode_batch(list(lines), add_special_tokens=False)]
+
+
 @dataclasses.dataclass(frozen=True)
 class WordPieceVocab:
   """A loaded vocab.txt, its tokenizer and the ids of its special tokens."""
@@ -93,14 +105,10 @@ class WordPieceVocab:
   mask_id: int
 
   def encode(self, lines: Sequence[str]) -> list[list[int]]:
-    """Token ids of each line ([CLS]/[SEP] are added by packing, not here)."""
-    encodings = self.tokenizer.encode_batch(list(lines), add_special_tokens=False)
-    return [encoding.ids for encoding in encodings]
+    return _encode(self.tokenizer, lines)
 
-  def encode_with_offsets(self, lines: Sequence[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
-    """Token ids of each line and each token's [start, end) character span in that line."""
-    encodings = self.tokenizer.encode_batch(list(lines), add_special_tokens=False)
-    return [(encoding.ids, [tuple(o) for o in encoding.offsets]) for encoding in encodings]
+  def encode_with_offsets(self, lines: Sequence[str]):
+    return _encode_with_offsets(self.tokenizer, lines)
 
   def fingerprint(self) -> str:
     """sha256 over the pieces and the casing: what decides the ids of a text."""
@@ -124,15 +132,10 @@ class TokenizerJsonVocab:
   mask_id: int
 
   def encode(self, lines: Sequence[str]) -> list[list[int]]:
-    """Token ids of each line (the CLS and SEP tokens are added by packing, not here)."""
-    encodings = self.tokenizer.encode_batch(list(lines), add_special_tokens=False)
-    return [encoding.ids for encoding in encodings]
+    return _encode(self.tokenizer, lines)
 
-  def encode_with_offsets(self, lines: Sequence[str]
-                          ) -> list[tuple[list[int], list[tuple[int, int]]]]:
-    """Token ids of each line and each token's [start, end) character span in that line."""
-    encodings = self.tokenizer.encode_batch(list(lines), add_special_tokens=False)
-    return [(encoding.ids, [tuple(o) for o in encoding.offsets]) for encoding in encodings]
+  def encode_with_offsets(self, lines: Sequence[str]):
+    return _encode_with_offsets(self.tokenizer, lines)
 
   def fingerprint(self) -> str:
     """sha256 over what decides the ids of a text and the special ids; not the post-processor,
