@@ -49,14 +49,19 @@ def test_slice_names_resolve_as_launch_uses_them():
 
 
 def test_out_of_hbm_and_out_of_vmem_are_told_apart():
-  """XLA:TPU's own messages (compiled here on 2026-11-24): large at 512 x 512 per v4 chip, and
-  base at 16 x 512 per chip on a v4-32. Only the first means the step does not fit."""
+  """XLA:TPU's own messages (compiled here on 2026-11-24 and 12-05): large at 512 x 512 per v4
+  chip, modern_base at 32 x 1,024 per v5e chip, and base at 16 x 512 per chip on a v4-32. Only
+  the first two mean the step does not fit."""
   hbm = RuntimeError('RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required '
                      'for HLO temporaries (409.32G) exceeds available HBM (30.75G).')
+  hbm_v5e = RuntimeError('RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom: XLA:TPU compile '
+                         'permanent error. Ran out of memory in memory space hbm. Used 15.76G of '
+                         '15.75G hbm. Exceeded hbm capacity by 12.53M.')
   vmem = RuntimeError('RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in '
                       'memory space vmem. Used 16.50M of 16.00M vmem. Exceeded vmem capacity '
                       'by 512.0K.')
-  assert aot.out_of_hbm(hbm) and not aot.out_of_vmem(hbm)
+  for fits_not in (hbm, hbm_v5e):
+    assert aot.out_of_hbm(fits_not) and not aot.out_of_vmem(fits_not)
   assert aot.out_of_vmem(vmem) and not aot.out_of_hbm(vmem)
   assert not aot.out_of_hbm(RuntimeError('INTERNAL: something else'))
 

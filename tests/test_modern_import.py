@@ -12,6 +12,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
+import tokenizers
+from tokenizers import models, pre_tokenizers, processors
 
 torch = pytest.importorskip('torch')
 transformers = pytest.importorskip('transformers')
@@ -150,3 +152,52 @@ def test_a_modernbert_mlm_is_a_frozen_generator(corpus, hf_dirs, tmp_path):
   np.testing.assert_array_equal(held['generator_head']['output_bias'], tensors['decoder.bias'])
   with pytest.raises(UsageError, match='without an MLM head'):
     importing.read_generator(str(encoder_dir), config.model)
+
+
+def test_a_modernbert_padded_as_published_is_read_with_padding_at_0(tmp_path):
+  """Published ModernBERT pads with id 50283 (near the end of its tokenizer.json), electra_jax
+  with 0: the tokenizer and the vocabulary rows of the weights are read with the two swapped, so
+  our encoder on our ids gives transformers' output on its own ids."""
+  size, pad = 1000, 997
+  words = [f'w{i}' for i in range(size - 5)]
+  specials = ['[CLS]', '[SEP]', '[PAD]', '[MASK]', '[UNK]']  # ids 995..999, as ModernBERT's
+  tokenizer = tokenizers.Tokenizer(models.WordLevel(
+      {t: i for i, t in enumerate(words + specials)}, unk_token='[UNK]'))
+  tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+  tokenizer.add_special_tokens(specials)
+  tokenizer.post_processor = processors.TemplateProcessing(
+      single='[CLS] $A [SEP]', special_tokens=[('[CLS]', 995), ('[SEP]', 996)])
+  config = transformers.ModernBertConfig(
+      vocab_size=size, hidden_size=WIDTH, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+      intermediate_size=FFN, local_attention=WINDOW, max_position_embeddings=64,
+      pad_token_id=pad, cls_token_id=995, sep_token_id=996, bos_token_id=995, eos_token_id=996)
+  torch.manual_seed(1)
+  mlm = transformers.ModernBertForMaskedLM(config).eval()
+  mlm.save_pretrained(tmp_path / 'mlm')
+  tokenizer.save(str(tmp_path / 'mlm' / 'tokenizer.json'))
+  finetune = ml_collections.ConfigDict({'init_from': str(tmp_path / 'mlm'), 'init_step': 0,
+                                        'vocab': '', 'dropout': -1.0})
+  start = finetune_init.load_start(finetune)
+  assert (start.vocab.pad_id, start.vocab.cls_id, start.vocab.file_pad_id) == (0, 995, pad)
+  assert start.vocab.encode(['w3 w0 w994']) == [[3, pad, 994]]  # w0 takes the padding's id
+  theirs = np.random.default_rng(1).integers(0, size - 5, (3, LENGTH))
+  theirs[:, 1] = 0  # the token that ModernBERT numbers 0 is in every sequence
+  theirs[1, 23:] = pad
+  theirs[2, 9:] = pad
+  ours = np.where(theirs == pad, 0, np.where(theirs == 0, pad, theirs))
+  got = np.asarray(Encoder(start.model).apply({'params': start.params}, jnp.asarray(ours)))
+  with torch.no_grad():
+    want = mlm.model(input_ids=torch.tensor(theirs),
+                     attention_mask=torch.tensor(theirs != pad)).last_hidden_state.numpy()
+  np.testing.assert_allclose(got[ours != 0], want[ours != 0], atol=1e-4, rtol=1e-4)
+  # The MLM's output bias (its decoder is the tied word table) is swapped with the rows.
+  bias = mlm.decoder.bias.detach().numpy()
+  read = importing.files.read_model_dir(str(tmp_path / 'mlm')).tensors['decoder.bias']
+  np.testing.assert_array_equal(read[[0, pad, 5]], bias[[pad, 0, 5]])
+  # A vocabulary that pads elsewhere than the weights is refused.
+  finetune.vocab = str(tmp_path / 'zero.json')
+  tokenizers.Tokenizer(models.WordLevel({t: i for i, t in enumerate(
+      ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'] + words)}, unk_token='[UNK]')).save(
+          finetune.vocab)
+  with pytest.raises(UsageError, match=f'pads with id 0, but .* pad_token_id={pad}'):
+    finetune_init.load_start(finetune)

@@ -233,7 +233,6 @@ def test_tokenizers_it_cannot_train_with_are_refused_in_one_line(tmp_path):
       (['[PAD]', '[UNK]', '[CLS]', '[SEP]', 'a'], r"has no mask token \(looked"),
       (['<pad>', '<mask>', 'a'], r'no separator \(SEP/EOS\) and no classification \(CLS/BOS\) '
                                  r'token'),
-      (['<s>', '<pad>', '</s>', '<unk>', '<mask>'], r"padding token '<pad>' at id 1; .* id 0"),
       (['[PAD]', '[CLS]', '[MASK]', 'a'], r'no separator'),
   ]
   for number, (tokens, message) in enumerate(cases):
@@ -255,6 +254,28 @@ def test_tokenizers_it_cannot_train_with_are_refused_in_one_line(tmp_path):
   assert vocab.encode(['a b'])[0] == [4, 5]
   with pytest.raises(UsageError, match='begin a word.*--config.masking=token'):
     vocab_lib.word_starts(vocab)  # a word-level model marks no word starts
+
+
+@pytest.mark.parametrize('processor', ['roberta', 'template'])
+def test_a_tokenizer_padding_off_id_0_is_read_with_padding_swapped_to_0(tmp_path, processor):
+  """RoBERTa pads with 1 (<s> is 0), ModernBERT with 50283: read with the two ids swapped, so
+  the attention mask input_ids != 0 holds, and exported so that transformers gives our ids."""
+  tokens = ['<s>', '<pad>', '</s>', '<unk>', '<mask>', 'a', 'b', 'c']
+  post = (processors.RobertaProcessing(('</s>', 2), ('<s>', 0)) if processor == 'roberta' else
+          processors.TemplateProcessing(single='<s> $A </s>',
+                                        special_tokens=[('<s>', 0), ('</s>', 2)]))
+  path = word_level(tmp_path / 'padded_at_1.json', tokens, post)
+  vocab = vocab_lib.load_vocab(path)
+  assert (vocab.pad_id, vocab.cls_id, vocab.sep_id, vocab.mask_id, vocab.file_pad_id) == (
+      0, 1, 2, 4, 1)
+  swap = lambda ids: [{0: 1, 1: 0}.get(i, i) for i in ids]
+  original = tokenizers.Tokenizer.from_file(path)
+  original.encode_special_tokens = True  # as ours reads "<pad>" in a text: as plain text
+  for text in ('a b c', 'c <pad> a', '<s> b'):
+    assert vocab.encode([text])[0] == swap(original.encode(text, add_special_tokens=False).ids)
+  exported = tokenizers.Tokenizer.from_str(json.dumps(tokenizer_lib.json_tokenizer(vocab)))
+  assert exported.encode('a b').ids == [1, 5, 6, 2]
+  assert vocab_lib.load_vocab(path).fingerprint() == vocab.fingerprint()  # read the same again
 
 
 def tiny_config(**data):

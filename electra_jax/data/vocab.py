@@ -130,6 +130,7 @@ class TokenizerJsonVocab:
   cls_id: int
   sep_id: int
   mask_id: int
+  file_pad_id: int                 # the file's padding id: swapped with id 0 where it is not 0
 
   def encode(self, lines: Sequence[str]) -> list[list[int]]:
     return _encode(self.tokenizer, lines)
@@ -541,7 +542,7 @@ def _special_ids(tokenizer: tokenizers.Tokenizer, config: dict) -> dict[str, int
 
 
 def _check_specials(ids: dict[str, int], tokenizer: tokenizers.Tokenizer, path: str) -> None:
-  """Refuses what packing and masking cannot use: a missing role, padding off id 0, a shared id."""
+  """Refuses what packing and masking cannot use: a missing role, or an id shared by two."""
   missing = [role for role in _ROLES if role not in ids]
   if missing:
     looked = '; '.join(f'{_ROLES[r]}: {", ".join(SPECIAL_NAMES[r])}' for r in missing)
@@ -550,12 +551,6 @@ def _check_specials(ids: dict[str, int], tokenizer: tokenizers.Tokenizer, path: 
         f"(looked in its post-processor and for the names {looked}); add them with "
         "tokenizer.add_special_tokens([...]) and save it again, or leave data.vocab_model empty "
         'to train a vocabulary (--config.data.vocab_type=bpe or wordpiece)')
-  if ids['pad'] != 0:
-    raise UsageError(
-        f"tokenizer '{path}' has its padding token {tokenizer.id_to_token(ids['pad'])!r} at id "
-        f"{ids['pad']}; electra_jax needs it at id 0 (the attention mask is input_ids != 0), as "
-        'BERT vocabularies have it: renumber the tokenizer, or leave data.vocab_model empty to '
-        'train one (--config.data.vocab_type=bpe or wordpiece)')
   shared = [(a, b) for a, b in itertools.combinations(_ROLES, 2)
             if ids[a] == ids[b] and {a, b} != {'cls', 'sep'}]
   if shared:
@@ -588,6 +583,17 @@ def load_tokenizer_json(path: str) -> TokenizerJsonVocab:
   tokenizer.encode_special_tokens = True  # "[MASK]" in the text is text, as for the other kinds
   ids = _special_ids(tokenizer, config)
   _check_specials(ids, tokenizer, path)
+  file_pad_id = ids['pad']
+  if file_pad_id:  # RoBERTa's and ModernBERT's: the attention mask is input_ids != 0
+    config = swap_ids(config, 0, file_pad_id)
+    tokenizer = tokenizers.Tokenizer.from_str(json.dumps(config))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    tokenizer.encode_special_tokens = True
+    ids = _special_ids(tokenizer, config)
+    logging.info("tokenizer '%s' pads with id %d: read with ids 0 and %d swapped, as its "
+                 'imported weights are; an export writes the swapped tokenizer', path,
+                 file_pad_id, file_pad_id)
   lowercase = any(part['type'] == 'Lowercase' or part['type'] == 'BertNormalizer' and
                   part['lowercase'] for part in components(config['normalizer']))
   return TokenizerJsonVocab(
@@ -596,7 +602,32 @@ def load_tokenizer_json(path: str) -> TokenizerJsonVocab:
       kind=config['model']['type'].lower(), lowercase=lowercase, model_path=path,
       size=max(tokenizer.get_vocab(with_added_tokens=True).values()) + 1,
       pad_id=ids['pad'], unk_id=ids['unk'] if 'unk' in ids else ids['pad'], cls_id=ids['cls'],
-      sep_id=ids['sep'], mask_id=ids['mask'])
+      sep_id=ids['sep'], mask_id=ids['mask'], file_pad_id=file_pad_id)
+
+
+def swap_ids(config: dict, a: int, b: int) -> dict:
+  """A tokenizer.json (as tokenizers writes it) in which ids `a` and `b` trade places: in the
+  model's vocabulary, the added tokens and the post-processor, the ids a text can take."""
+  config = json.loads(json.dumps(config))
+  other = lambda i: b if i == a else a if i == b else i
+  model = config['model']
+  if model['type'] == 'Unigram':
+    pieces = model['vocab']
+    pieces[a], pieces[b] = pieces[b], pieces[a]
+    model['unk_id'] = None if model['unk_id'] is None else other(model['unk_id'])
+  else:
+    model['vocab'] = {piece: other(i) for piece, i in model['vocab'].items()}
+  for token in config['added_tokens']:
+    token['id'] = other(token['id'])
+  for part in components(config['post_processor']):
+    if part['type'] in ('BertProcessing', 'RobertaProcessing'):
+      for role in ('cls', 'sep'):
+        part[role][1] = other(part[role][1])
+    elif part['type'] == 'TemplateProcessing':
+      for special in part['special_tokens'].values():
+        special['ids'] = [other(i) for i in special['ids']]
+  config['padding'] = None
+  return config
 
 
 def word_marks(vocab: TokenizerJsonVocab) -> tuple[str, bool] | None:

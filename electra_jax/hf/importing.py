@@ -99,6 +99,13 @@ def load_vocab_for(vocab_path: str, model: ml_collections.ConfigDict,
                      f'has vocab_size={model.vocab_size}; pass --vocab=PATH with the '
                      "checkpoint's own vocabulary")
   _check_casing(vocab, model_dirs)
+  file_pad = vocab.file_pad_id if isinstance(vocab, vocab_lib.TokenizerJsonVocab) else 0
+  for model_dir in model_dirs.values():  # both swap that id with 0 (hf/modern.padding_first)
+    pad = hf_modern.file_pad_id(model_dir.config) if hf_modern.is_modern(model_dir.config) else 0
+    if pad != file_pad:
+      raise UsageError(f"{vocab_path} pads with id {file_pad}, but {model_dir.path}'s config.json "
+                       f"has pad_token_id={pad}; pass --vocab=PATH with the checkpoint's own "
+                       'tokenizer.json')
   return vocab
 
 

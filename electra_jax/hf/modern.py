@@ -183,9 +183,6 @@ def check_supported(config: Mapping[str, Any], source: str):
       if name in config and config[name] != want]
   if 'norm_eps' in config and not np.isclose(config['norm_eps'], 1e-5):
     problems.append(f"norm_eps {config['norm_eps']} (ours: 1e-05)")
-  if 'pad_token_id' in config and config['pad_token_id'] not in (0, None):
-    problems.append(f"pad_token_id {config['pad_token_id']} (electra_jax pads with id 0 and "
-                    'masks attention by input_ids != 0)')
   if _value(config, 'hidden_size', source) % _value(config, 'num_attention_heads', source):
     problems.append('hidden_size not divisible by num_attention_heads')
   if problems:
@@ -228,4 +225,21 @@ def read_as(config: Mapping[str, Any], tensors: dict[str, np.ndarray], source: s
                      'label)')
   if not any(name.startswith('model.') for name in tensors):
     tensors = {f'model.{name}': value for name, value in tensors.items()}
-  return (*READ_AS[known[0]], tensors)
+  return (*READ_AS[known[0]], padding_first(tensors, file_pad_id(config)))
+
+
+def file_pad_id(config: Mapping[str, Any]) -> int:
+  """The id a ModernBERT config.json pads with (published ModernBERT: 50283), 0 if it names none."""
+  return config['pad_token_id'] if 'pad_token_id' in config and config['pad_token_id'] else 0
+
+
+def padding_first(tensors: dict[str, np.ndarray], pad: int) -> dict[str, np.ndarray]:
+  """The tensors with vocabulary rows 0 and `pad` swapped, as the tokenizer.json of the same
+  directory is read (data/vocab.py swap_ids): electra_jax's attention mask is input_ids != 0."""
+  swapped = dict(tensors)
+  for name in (WORD_EMBEDDINGS, TIED_OUTPUT, 'decoder.bias'):
+    if pad and name in tensors:
+      rows = np.array(tensors[name])
+      rows[[0, pad]] = rows[[pad, 0]]
+      swapped[name] = rows
+  return swapped

@@ -141,7 +141,7 @@ def roofline(xla_cost: dict, model_flops_per_chip: float, chip: Chip) -> dict:
 
 def out_of_hbm(error: Exception) -> bool:
   """Whether XLA refused the program for want of HBM: the step does not fit at this shape."""
-  return 'RESOURCE_EXHAUSTED' in str(error) and 'HBM' in str(error)
+  return 'RESOURCE_EXHAUSTED' in str(error) and 'hbm' in str(error).lower()
 
 
 def out_of_vmem(error: Exception) -> bool:
