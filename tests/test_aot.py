@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from conftest import REPO, load_config
+from electra_jax.model import layers
 from electra_jax.training import aot, compiled_program, train
 from electra_jax.finetune import aot as finetune_aot
 
@@ -109,6 +110,29 @@ def test_pallas_kernels_flops_come_from_their_shapes_unless_xla_had_an_estimate(
   assert kernels['flops_not_in_xla'] == 7 * matmul  # XLA took flash's forward from its estimate
   q_bytes = 4 * 2 * 128 * 64 * 2
   assert kernels['kernels']['flash_attention']['bytes'] == 4 * q_bytes  # Q, K, V read, O written
+
+
+@pytest.mark.parametrize('length, window', [(8192, 128), (4096, 128), (1024, 128), (2048, 1000),
+                                            (512, 0)])
+def test_splash_skips_the_blocks_its_own_mask_info_leaves_out(length, window):
+  """The roofline's count of the blocks a local layer computes is splash's own: the block pairs
+  its MaskInfo keeps (nonzero in block_mask, whose grid it shrinks to them)."""
+  from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as masks
+  from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask_info as info
+  block = layers.pallas_block(length)
+  mask = (masks.LocalMask((length, length), (window // 2, window // 2), 0) if window
+          else masks.FullMask((length, length)))
+  mask_info, _ = info.process_mask(masks.MultiHeadMask([mask]), (block, block))
+  blocks = (length // block) ** 2
+  computed = blocks if mask_info.block_mask is None else int((mask_info.block_mask != 0).sum())
+  touched, total = layers.splash_blocks(length, window)
+  assert (touched, total) == (computed, blocks)
+  if (length, window) == (8192, 128):
+    assert (touched, total) == (46, 256)  # 16 blocks of 512: the diagonal and its neighbours
+  config = load_config('modern_base')
+  config.max_seq_length = length
+  share = aot.splash_share(config)  # 22 layers, 8 global, and the generator's 11, 4 global
+  assert share == pytest.approx((12 + 21 * touched / total) / 33)
 
 
 def test_the_summary_says_whether_it_fits_what_bounds_the_step_and_the_mfu_ceiling():

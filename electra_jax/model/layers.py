@@ -107,6 +107,16 @@ def pallas_block(seq_length: int) -> int:
              if seq_length % b == 0)
 
 
+def splash_blocks(seq_length: int, window: int) -> tuple[int, int]:
+  """(blocks the splash kernel computes, blocks in all) for one head: a local layer's mask
+  (window // 2 keys either side) skips the block pairs that no query-key pair of it touches."""
+  block = pallas_block(seq_length)
+  n = seq_length // block
+  reach = window // 2 if window else seq_length
+  touched = sum(1 for i in range(n) for j in range(n) if abs(i - j) * block - (block - 1) <= reach)
+  return touched, n * n
+
+
 def attention_kernel(implementation: str, dtype, head_dim: int, seq_length: int | None = None,
                      platform: str | None = None) -> str:
   """What computes attention where its dropout is off: 'cudnn', 'pallas', 'xla' or 'einsum'.

@@ -234,11 +234,33 @@ def largest_batch(config, devices, hbm_bytes: int, limit: int = 1 << 14) -> dict
           'bytes_at_that_batch': total(low)}
 
 
-def analyse(compiled, seconds: float, state, data, model_flops: float, sliced: Slice) -> dict:
-  """The record of one compiled step: memory, FLOPs, roofline, collectives, compile time."""
+def splash_share(config: ml_collections.ConfigDict) -> float:
+  """The share of its full L x L blocks that splash computes, over the step's attention layers
+  weighted by width: a modern local layer's mask skips the blocks outside its window (all of
+  them compute the same shapes, so the HLO cannot tell which is local)."""
+  m = config.model
+  if m.architecture != 'modern':
+    return 1.0
+  computed, total = layers.splash_blocks(config.max_seq_length, m.local_window)
+  encoders = [(m.hidden_size, m.num_layers)]
+  if config.objective != 'mlm' and config.generator_kind != 'unigram':
+    towers = 2 if config.objective == 'electric' else 1
+    encoders += [(config_lib.generator_width(m), config_lib.generator_depth(m))] * towers
+  done = sum(width * (len(range(0, n, m.global_every)) + (n - len(range(0, n, m.global_every)))
+                      * computed / total) for width, n in encoders)
+  return done / sum(width * n for width, n in encoders)
+
+
+def analyse(compiled, seconds: float, state, data, model_flops: float, sliced: Slice,
+            kernel_share: float = 1.0) -> dict:
+  """The record of one compiled step: memory, FLOPs, roofline, collectives, compile time.
+  `kernel_share`: splash_share, the share of the kernels' full-shape FLOPs they compute."""
   chips = len(sliced.devices)
   text = compiled.as_text()
   kernels = pallas_kernels(text)
+  for counted_here in ('flops', 'flops_not_in_xla'):
+    kernels[counted_here] = round(kernels[counted_here] * kernel_share)
+  kernels['splash_share'] = kernel_share
   xla = cost(compiled)
   # XLA counts a Pallas kernel's bytes but not (mostly) its FLOPs: those come from its shapes.
   counted = {**xla, 'flops': xla['flops'] + kernels['flops_not_in_xla']}
@@ -329,7 +351,7 @@ def compile_pretraining(config: ml_collections.ConfigDict, topology: str,
                    'bytes_per_chip': {**footprint(state, batch), **mem}})
   else:
     record.update(analyse(compiled, seconds, state, batch, flops.train_step_flops(config),
-                          sliced))
+                          sliced, splash_share(config)))
   if search_batch:
     record['largest_per_chip_batch'] = {
         f'remat_{"on" if remat else "off"}': largest_batch(
