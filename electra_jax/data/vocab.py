@@ -559,6 +559,15 @@ def _check_specials(ids: dict[str, int], tokenizer: tokenizers.Tokenizer, path: 
                      f'{_ROLES[a]} and its {_ROLES[b]} token; give each role a token of its own')
 
 
+def _encoder_of(config: dict) -> tokenizers.Tokenizer:
+  """The tokenizer of a tokenizer.json's JSON, as training encodes: whole lines, no padding."""
+  tokenizer = tokenizers.Tokenizer.from_str(json.dumps(config))
+  tokenizer.no_truncation()
+  tokenizer.no_padding()
+  tokenizer.encode_special_tokens = True  # "[MASK]" in the text is text, as for the other kinds
+  return tokenizer
+
+
 def load_tokenizer_json(path: str) -> TokenizerJsonVocab:
   """Loads a tokenizer.json (or a directory's) and finds its special tokens by role."""
   path = vocab_file(path)
@@ -577,19 +586,13 @@ def load_tokenizer_json(path: str) -> TokenizerJsonVocab:
   config = json.loads(tokenizer.to_str())
   if config['model']['type'] == 'BPE' and config['model']['dropout']:
     config['model']['dropout'] = None  # BPE dropout segments each call anew; training reads one
-    tokenizer = tokenizers.Tokenizer.from_str(json.dumps(config))
-  tokenizer.no_truncation()
-  tokenizer.no_padding()
-  tokenizer.encode_special_tokens = True  # "[MASK]" in the text is text, as for the other kinds
+  tokenizer = _encoder_of(config)
   ids = _special_ids(tokenizer, config)
   _check_specials(ids, tokenizer, path)
   file_pad_id = ids['pad']
   if file_pad_id:  # RoBERTa's and ModernBERT's: the attention mask is input_ids != 0
     config = swap_ids(config, 0, file_pad_id)
-    tokenizer = tokenizers.Tokenizer.from_str(json.dumps(config))
-    tokenizer.no_truncation()
-    tokenizer.no_padding()
-    tokenizer.encode_special_tokens = True
+    tokenizer = _encoder_of(config)
     ids = _special_ids(tokenizer, config)
     logging.info("tokenizer '%s' pads with id %d: read with ids 0 and %d swapped, as its "
                  'imported weights are; an export writes the swapped tokenizer', path,
