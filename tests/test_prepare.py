@@ -51,6 +51,20 @@ def prepared(tmp_path_factory, vocab):
   return prepare([source(WIKI_PART)], vocab, out)
 
 
+def test_a_killed_preparations_staging_folder_beside_a_split_is_removed(vocab, tmp_path):
+  """main prepares its cache in <workdir>/data/<split>.incomplete<pid>: a killed run's stays
+  behind until the next preparation of that split removes it (not a live process's)."""
+  ended = subprocess.Popen([sys.executable, '-c', 'pass'])
+  ended.wait()
+  dead = tmp_path / f'train.incomplete{ended.pid}'
+  alive = tmp_path / f'train.incomplete{os.getppid()}'
+  for stage in (dead, alive):
+    stage.mkdir()
+    (stage / 'shard.npy').write_bytes(b'x' * 1000)
+  prepare([source(WIKI_PART)], vocab, tmp_path / 'train')
+  assert not dead.exists() and alive.is_dir() and (tmp_path / 'train' / 'manifest.json').exists()
+
+
 # ----------------------------------------------------------------------------- format
 
 

@@ -194,6 +194,7 @@ def prepare_split(sources: Sequence[sources_lib.Source],
                      '--config.max_seq_length to at least 5 (e.g. 128)')
   flat = [(s, u, unit) for s, source_units in enumerate(units)
           for u, unit in enumerate(source_units)]
+  _remove_dead_stages(out_dir)  # a killed main's, beside its cached split
   tmp_dir = f'{out_dir}.incomplete{os.getpid()}'
   shutil.rmtree(tmp_dir, ignore_errors=True)
   os.makedirs(tmp_dir)
