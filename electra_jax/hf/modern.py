@@ -236,9 +236,11 @@ def file_pad_id(config: Mapping[str, Any]) -> int:
 def padding_first(tensors: dict[str, np.ndarray], pad: int) -> dict[str, np.ndarray]:
   """The tensors with vocabulary rows 0 and `pad` swapped, as the tokenizer.json of the same
   directory is read (data/vocab.py swap_ids): electra_jax's attention mask is input_ids != 0."""
+  if not pad:
+    return tensors
   swapped = dict(tensors)
   for name in (WORD_EMBEDDINGS, TIED_OUTPUT, 'decoder.bias'):
-    if pad and name in tensors:
+    if name in tensors:
       rows = np.array(tensors[name])
       rows[[0, pad]] = rows[[pad, 0]]
       swapped[name] = rows

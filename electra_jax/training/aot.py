@@ -235,20 +235,17 @@ def largest_batch(config, devices, hbm_bytes: int, limit: int = 1 << 14) -> dict
 
 
 def splash_share(config: ml_collections.ConfigDict) -> float:
-  """The share of its full L x L blocks that splash computes, over the step's attention layers
-  weighted by width: a modern local layer's mask skips the blocks outside its window (all of
-  them compute the same shapes, so the HLO cannot tell which is local)."""
-  m = config.model
-  if m.architecture != 'modern':
+  """The share of the step's full L x L attention that splash computes: a modern local layer's
+  mask skips the blocks outside its window, and the HLO cannot tell local kernels from global
+  ones (same shapes), so flops.py weighs the layers, with a local query meeting the keys of the
+  blocks it computes."""
+  length = config.max_seq_length
+  if config.model.architecture != 'modern':
     return 1.0
-  computed, total = layers.splash_blocks(config.max_seq_length, m.local_window)
-  encoders = [(m.hidden_size, m.num_layers)]
-  if config.objective != 'mlm' and config.generator_kind != 'unigram':
-    towers = 2 if config.objective == 'electric' else 1
-    encoders += [(config_lib.generator_width(m), config_lib.generator_depth(m))] * towers
-  done = sum(width * (len(range(0, n, m.global_every)) + (n - len(range(0, n, m.global_every)))
-                      * computed / total) for width, n in encoders)
-  return done / sum(width * n for width, n in encoders)
+  computed, total = layers.splash_blocks(length, config.model.local_window)
+  attention = lambda keys: sum(count for part, count in flops.forward_flops(config, keys).items()
+                               if part.endswith('_attention'))
+  return attention(length * computed / total) / attention(length)
 
 
 def analyse(compiled, seconds: float, state, data, model_flops: float, sliced: Slice,

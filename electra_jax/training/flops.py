@@ -65,12 +65,14 @@ def table_peak_flops(device_kind: str) -> float | None:
 
 
 def _encoder(name: str, m: ml_collections.ConfigDict, tokens: int, length: int, width: int,
-             ffn: int, layers: int, towers: int = 1) -> dict[str, int]:
+             ffn: int, layers: int, towers: int = 1, local_keys: float | None = None
+             ) -> dict[str, int]:
   project = 2 * tokens * m.embedding_size * width if m.embedding_size != width else 0
   if m.architecture == 'modern':  # GeGLU's three FFN matrices; local layers see their window
     ffn_matrices, global_layers = 3, len(range(0, layers, m.global_every))
-    keys = (global_layers * length
-            + (layers - global_layers) * min(length, 2 * (m.local_window // 2) + 1))
+    if local_keys is None:
+      local_keys = min(length, 2 * (m.local_window // 2) + 1)
+    keys = global_layers * length + (layers - global_layers) * local_keys
   else:
     ffn_matrices, keys = 2, layers * length
   return {name: towers * (project + layers * 2 * tokens * (4 * width * width
@@ -78,13 +80,16 @@ def _encoder(name: str, m: ml_collections.ConfigDict, tokens: int, length: int, 
           f'{name}_attention': towers * 2 * 2 * tokens * keys * width}
 
 
-def forward_flops(config: ml_collections.ConfigDict) -> dict[str, int]:
-  """Forward-pass matmul FLOPs of one step on the whole batch, by part (see the module doc)."""
+def forward_flops(config: ml_collections.ConfigDict,
+                  local_keys: float | None = None) -> dict[str, int]:
+  """Forward-pass matmul FLOPs of one step on the whole batch, by part (see the module doc).
+  `local_keys`: the keys a modern local layer's query meets, if not its window's (a kernel
+  that computes whole blocks meets more)."""
   m, objective = config.model, config.objective
   batch, length = config.batch_size, config.max_seq_length
   tokens, positions = batch * length, batch * num_slots(length, config.mask_prob)
   discriminator = _encoder('discriminator', m, tokens, length, m.hidden_size,
-                           m.intermediate_size, m.num_layers)
+                           m.intermediate_size, m.num_layers, local_keys=local_keys)
   if objective == 'mlm':
     return {**discriminator, 'mlm_head': 2 * positions * m.hidden_size * m.embedding_size,
             'vocabulary_projection': 2 * positions * m.embedding_size * m.vocab_size}
@@ -93,7 +98,8 @@ def forward_flops(config: ml_collections.ConfigDict) -> dict[str, int]:
     return {**discriminator, **discriminator_head}
   width = generator_width(m)
   generator = _encoder('generator', m, tokens, length, width, generator_heads_and_ffn(m)[1],
-                       generator_depth(m), towers=2 if objective == 'electric' else 1)
+                       generator_depth(m), towers=2 if objective == 'electric' else 1,
+                       local_keys=local_keys)
   if objective == 'electric':
     return {**generator, 'cloze_head': 2 * tokens * 2 * width * m.embedding_size,
             'vocabulary_projection': 2 * tokens * m.embedding_size * m.vocab_size,
