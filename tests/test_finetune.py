@@ -490,6 +490,9 @@ def test_reinit_draws_the_named_parts_as_random_init_does_and_keeps_the_rest(fil
   assert start.model.embedding_size != start.model.hidden_size  # so embeddings_project exists
   assert init.with_reinit(start, 'layer_0').description.endswith('(step 7), layer_0 drawn afresh')
   assert init.with_reinit(start, '') is start
+  # Every family's start (GLUE's, SQuAD's, chunking's) is load_start's, config.reinit applied.
+  config.reinit = 'layer_0'
+  assert init.load_start(config).reinit == ('layer_0',)
   with pytest.raises(UsageError, match=r"reinit='layer_2'.*layer_2 is not a part of this "
                                        r'2-layer encoder; use .* embeddings, layer_0, layer_1'):
     init.with_reinit(start, 'layer_2')

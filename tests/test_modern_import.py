@@ -84,7 +84,8 @@ def test_a_modernbert_directory_starts_fine_tuning(hf_dirs, which):
   mlm_dir, encoder_dir, mlm = hf_dirs
   finetune = ml_collections.ConfigDict({'init_from': str(mlm_dir if which == 'mlm'
                                                          else encoder_dir),
-                                        'init_step': 0, 'vocab': '', 'dropout': -1.0})
+                                        'init_step': 0, 'vocab': '', 'dropout': -1.0,
+                                        'reinit': ''})
   start = finetune_init.load_start(finetune)
   assert start.model.architecture == 'modern' and start.vocab.size == 1000
   assert (start.model.num_layers, start.model.global_every, start.model.local_window,
@@ -176,7 +177,7 @@ def test_a_modernbert_padded_as_published_is_read_with_padding_at_0(tmp_path):
   mlm.save_pretrained(tmp_path / 'mlm')
   tokenizer.save(str(tmp_path / 'mlm' / 'tokenizer.json'))
   finetune = ml_collections.ConfigDict({'init_from': str(tmp_path / 'mlm'), 'init_step': 0,
-                                        'vocab': '', 'dropout': -1.0})
+                                        'vocab': '', 'dropout': -1.0, 'reinit': ''})
   start = finetune_init.load_start(finetune)
   assert (start.vocab.pad_id, start.vocab.cls_id, start.vocab.file_pad_id) == (0, 995, pad)
   assert start.vocab.encode(['w3 w0 w994']) == [[3, pad, 994]]  # w0 takes the padding's id

@@ -1,10 +1,7 @@
-"""A fine-tuned seed -> one transformers directory whose standard class computes our model:
-SQuAD with head 'plain' as ElectraForQuestionAnswering, chunk as ElectraForTokenClassification,
-GLUE with head 'transformers' as ElectraForSequenceClassification; on the 'modern' architecture
-ModernBertFor{QuestionAnswering, TokenClassification, SequenceClassification} (hf/modern.py), whose
-classifier_pooling also takes 'mean'. Other heads have no such class and are refused with the
-setting that exports. Our QA head adds -1000 where an answer cannot lie;
-the exported one gives the raw logits, as transformers' does, and the caller masks them.
+"""A fine-tuned seed -> one transformers directory whose standard class computes our model
+(ElectraFor* or, on 'modern', ModernBertFor* QuestionAnswering, TokenClassification or
+SequenceClassification); network_of refuses the heads with no such class. Our QA head adds -1000
+where an answer cannot lie; the exported one gives the raw logits, as transformers' does.
 """
 
 import json

@@ -112,24 +112,20 @@ def from_run(workdir: str, step: int | None = None) -> Start:
                f'pretraining run {workdir} (step {run.step})', step=run.step)
 
 
-def from_modern(model_dirs: dict, vocab_path: str) -> Start:
-  """A ModernBERT directory's encoder: a ModernBertModel's, a ModernBertForMaskedLM's (as
-  ModernBERT is published), or our export's discriminator's."""
-  model_dir = model_dirs['discriminator'] if 'discriminator' in model_dirs else model_dirs[
-      'generator']
-  model = hf_modern.model_section(model_dir.config, config_lib.default_config().model,
-                                  os.path.join(model_dir.path, 'config.json'))
-  vocab = importing.load_vocab_for(importing.find_vocab({'encoder': model_dir}, vocab_path or None),
-                                   model, {'encoder': model_dir})
-  tree = hf_modern.from_hf(model_dir.tensors, 'discriminator', '', 'encoder', model.num_layers,
-                           os.path.join(model_dir.path, files.WEIGHTS))
-  return Start(model, vocab, tree, f'Hugging Face {model_dir.path}')
-
-
 def from_hf(hf_dir: str, vocab_path: str = '') -> Start:
   model_dirs = importing.find_model_dirs(hf_dir)
   if any(hf_modern.is_modern(d.config) for d in model_dirs.values()):
-    return from_modern(model_dirs, vocab_path)
+    # A ModernBertModel's encoder, a ModernBertForMaskedLM's (as ModernBERT is published), or
+    # our export's discriminator's.
+    found = {'encoder': model_dirs['discriminator' if 'discriminator' in model_dirs
+                                   else 'generator']}
+    model_dir = found['encoder']
+    model = hf_modern.model_section(model_dir.config, config_lib.default_config().model,
+                                    os.path.join(model_dir.path, 'config.json'))
+    vocab = importing.load_vocab_for(importing.find_vocab(found, vocab_path or None), model, found)
+    tree = hf_modern.from_hf(model_dir.tensors, 'discriminator', '', 'encoder', model.num_layers,
+                             os.path.join(model_dir.path, files.WEIGHTS))
+    return Start(model, vocab, tree, f'Hugging Face {model_dir.path}')
   if 'discriminator' not in model_dirs:
     raise UsageError(f"'{hf_dir}' holds only an ELECTRA generator (ElectraForMaskedLM); "
                      'fine-tuning starts from the discriminator (ElectraForPreTraining)')
@@ -137,8 +133,7 @@ def from_hf(hf_dir: str, vocab_path: str = '') -> Start:
   source = os.path.join(disc['discriminator'].path, 'config.json')
   model = model_config.from_hf(disc['discriminator'].config, None,
                                config_lib.default_config().model, {'discriminator': source})
-  path = importing.find_vocab(disc, vocab_path or None)
-  vocab = importing.load_vocab_for(path, model, disc)
+  vocab = importing.load_vocab_for(importing.find_vocab(disc, vocab_path or None), model, disc)
   target = jax.eval_shape(lambda: pretrain_model.init_params(
       pretrain_model.Electra(model), jax.random.PRNGKey(0), 1))
   tree = importing.convert(disc, target)['discriminator']
@@ -146,37 +141,23 @@ def from_hf(hf_dir: str, vocab_path: str = '') -> Start:
                f'Hugging Face {disc["discriminator"].path}')
 
 
-def random_start(model: ml_collections.ConfigDict, vocab_path: str) -> Start:
-  if not vocab_path:
-    raise UsageError('config.init_from is empty (random initialisation), so the model comes from '
-                     'config.model and the vocabulary from config.vocab: pass '
-                     "--config.vocab=PATH (a pretraining run's vocab.model, a vocab.txt or a "
-                     'tokenizer.json)')
-  vocab = vocab_lib.load_vocab(vocab_path)
-  if vocab.size != model.vocab_size:
-    raise UsageError(f'the vocabulary {vocab_path} has {vocab.size} pieces but '
-                     f'config.model.vocab_size={model.vocab_size}; set '
-                     f'--config.model.vocab_size={vocab.size}')
-  return Start(ml_collections.ConfigDict(model.to_dict()), vocab, None, 'random initialisation')
-
-
-def with_dropout(start: Start, rate: float) -> Start:
-  """`start` with its encoder's hidden and attention dropout at `rate`; -1 keeps its own."""
-  if rate == -1:
-    return start
-  if not 0 <= rate < 1:  # Also NaN, and negatives that only look like "keep".
-    raise UsageError(f'config.dropout={rate}: use a rate in [0, 1), or -1 to keep the '
-                     "pretrained encoder's own")
-  model = ml_collections.ConfigDict(start.model.to_dict())
-  model.update(dropout_rate=float(rate), attention_dropout_rate=float(rate))
-  return start._replace(model=model)
-
-
 def load_start(config: ml_collections.ConfigDict) -> Start:
-  """The start config.init_from names, with config.dropout applied (see with_dropout)."""
-  path, step = config.init_from, config.init_step
+  """The start config.init_from names, with config.reinit's parts to draw afresh and its
+  encoder's hidden and attention dropout at config.dropout (-1 keeps its own)."""
+  path, step, rate = config.init_from, config.init_step, config.dropout
   if not path:
-    start = random_start(config.model, config.vocab)
+    if not config.vocab:
+      raise UsageError('config.init_from is empty (random initialisation), so the model comes '
+                       'from config.model and the vocabulary from config.vocab: pass '
+                       "--config.vocab=PATH (a pretraining run's vocab.model, a vocab.txt or a "
+                       'tokenizer.json)')
+    vocab = vocab_lib.load_vocab(config.vocab)
+    if vocab.size != config.model.vocab_size:
+      raise UsageError(f'the vocabulary {config.vocab} has {vocab.size} pieces but '
+                       f'config.model.vocab_size={config.model.vocab_size}; set '
+                       f'--config.model.vocab_size={vocab.size}')
+    start = Start(ml_collections.ConfigDict(config.model.to_dict()), vocab, None,
+                  'random initialisation')
   elif not os.path.isdir(path):
     raise UsageError(f"config.init_from '{path}' is not a directory; pass a pretraining run's "
                      "workdir, a Hugging Face ELECTRA, BERT or ModernBERT directory, or '' for "
@@ -193,7 +174,15 @@ def load_start(config: ml_collections.ConfigDict) -> Start:
                      'leave init_step at 0')
   else:
     start = from_hf(path, config.vocab)
-  return with_dropout(start, config.dropout)
+  start = with_reinit(start, config.reinit)
+  if rate == -1:
+    return start
+  if not 0 <= rate < 1:  # Also NaN, and negatives that only look like "keep".
+    raise UsageError(f'config.dropout={rate}: use a rate in [0, 1), or -1 to keep the '
+                     "pretrained encoder's own")
+  model = ml_collections.ConfigDict(start.model.to_dict())
+  model.update(dropout_rate=float(rate), attention_dropout_rate=float(rate))
+  return start._replace(model=model)
 
 
 def with_reinit(start: Start, reinit: str) -> Start:
@@ -232,9 +221,7 @@ def initial_params(model: Any, start: Start, seed: int, max_seq_length: int) -> 
   for part in start.reinit:
     if part == 'embeddings':
       params['embeddings'] = fresh['embeddings']
-      if 'embeddings_project' in fresh['discriminator']:  # only where E != H
-        params['discriminator']['embeddings_project'] = (
-            fresh['discriminator']['embeddings_project'])
-    else:
+      part = 'embeddings_project'
+    if part in fresh['discriminator']:  # embeddings_project is only where E != H
       params['discriminator'][part] = fresh['discriminator'][part]
   return params

@@ -1,12 +1,10 @@
 """The loop every task family fine-tunes with: compiled steps, seeds, checkpoints, predictions,
 and what a run leaves in DIR (config.json, metrics.jsonl, results.json, each seed's files).
 
-A family (glue/, squad/, tagging/ run.py) brings its data, network, loss and outputs. The step is
-pretraining's shape (jitted over the mesh's `data` axis, state replicated and donated), compiled
-once for every seed. Steps = int(examples x epochs / batch), as the original's; batches slice
-per-epoch shuffles drawn from the seed. The tokenized training set (SST-2 at length 128: 69 MB,
-MNLI 0.4 GB) and the batch order sit on the devices, and the step gathers its own rows, so the
-host only launches steps and reads the losses every `log_every`.
+A family (glue/, squad/, tagging/ run.py) brings its data, network, loss and outputs. Batches
+slice per-epoch shuffles drawn from the seed. The tokenized training set (SST-2 at length 128:
+69 MB, MNLI 0.4 GB) and the batch order sit on the devices and the step gathers its own rows, so
+the host only launches steps and reads the losses every `log_every`.
 """
 
 import functools
@@ -47,7 +45,7 @@ def step_lengths(token_counts: np.ndarray, order: np.ndarray, multiple: int,
   """[steps] each batch's longest example (by `token_counts`) rounded up to `multiple`, at most
   `width`: each length is one compiled program, so the multiple bounds their number."""
   longest = token_counts[order].max(axis=1)
-  rounded = -(-longest // multiple) * multiple  # up to a multiple, as glue/features.round_up
+  rounded = -(-longest // multiple) * multiple  # rounded up to the multiple
   return np.minimum(rounded, width).astype(np.int64)
 
 
@@ -86,11 +84,14 @@ def compile_task_steps(loss_of, predict_of, optimizer, mesh) -> Compiled:
   return Compiled(step, predict, optimizer, replicated, batch_sharding, order_sharding)
 
 
-def compile_for(config, model, num_layers: int, loss_of, predict_of, total_steps: int) -> Compiled:
-  """The layer-wise optimizer over `model`'s parameters and the steps, on all devices."""
+def compile_for(config, model, total_steps: int, loss_fn, predict_fn) -> Compiled:
+  """The layer-wise optimizer over `model`'s parameters and the steps of loss_fn and
+  predict_fn (each called with model=`model`), on all devices."""
   shapes = init.param_shapes(model, config.max_seq_length)
-  optimizer = optim.make_optimizer(config, shapes, num_layers, total_steps)
-  return compile_task_steps(loss_of, predict_of, optimizer, pretrain.make_mesh())
+  optimizer = optim.make_optimizer(config, shapes, model.config.num_layers, total_steps)
+  return compile_task_steps(functools.partial(loss_fn, model=model),
+                            functools.partial(predict_fn, model=model), optimizer,
+                            pretrain.make_mesh())
 
 
 def batch_order(num_examples: int, batch_size: int, steps: int, seed: int) -> np.ndarray:
@@ -116,10 +117,9 @@ def predict(predict_fn, params, inputs, batch_size, batch_sharding, what: str = 
   outputs, started = [], time.perf_counter()
   logged = started
   for start in range(0, count, batch_size):
-    batch = {k: v[start:start + batch_size] for k, v in inputs.items()}
-    rows = len(batch['input_ids'])
-    batch = {k: np.pad(v, [(0, batch_size - rows)] + [(0, 0)] * (v.ndim - 1))
-             for k, v in batch.items()}
+    rows = min(batch_size, count - start)
+    batch = {k: np.pad(v[start:start + rows], [(0, batch_size - rows)] + [(0, 0)] * (v.ndim - 1))
+             for k, v in inputs.items()}
     out = jax.device_get(predict_fn(params, jax.device_put(batch, batch_sharding)))
     outputs.append(jax.tree.map(lambda values: np.asarray(values)[:rows], out))
     now = time.perf_counter()
@@ -127,15 +127,6 @@ def predict(predict_fn, params, inputs, batch_size, batch_sharding, what: str = 
       logging.info('predicting %s', progress(what, start + rows, count, now - started))
       logged = now
   return jax.tree.map(lambda *parts: np.concatenate(parts), *outputs)
-
-
-def seed_manager(workdir: str, seed: int) -> ocp.CheckpointManager:
-  """DIR/checkpoints/seed_<seed>/<step>/, the latest kept: a finished seed's final state, or
-  where a killed one resumes."""
-  options = ocp.CheckpointManagerOptions(max_to_keep=1, enable_async_checkpointing=True)
-  folder = os.path.join(os.path.abspath(workdir), 'checkpoints', f'seed_{seed}')
-  return ocp.CheckpointManager(folder, options=options,
-                               item_handlers=ocp.StandardCheckpointHandler())
 
 
 def saved_step(workdir: str, seed: int) -> int:
@@ -158,10 +149,14 @@ def train_seed(config, seed, start, model, compiled, train_inputs, total_steps, 
   host_order = batch_order(len(train_inputs['input_ids']), config.batch_size, total_steps, seed)
   order = jax.device_put(host_order, compiled.order_sharding)
   multiple = config.length_multiple
-  lengths = ([None] * total_steps if token_counts is None or not multiple else
-             [int(n) for n in step_lengths(token_counts, host_order, multiple,
-                                           train_inputs['input_ids'].shape[1])])
-  manager = seed_manager(workdir, seed)
+  lengths = ([None] * total_steps if token_counts is None or not multiple else step_lengths(
+      token_counts, host_order, multiple, train_inputs['input_ids'].shape[1]).tolist())
+  # DIR/checkpoints/seed_<seed>/<step>/, the latest kept: a finished seed's final state, or
+  # where a killed one resumes.
+  manager = ocp.CheckpointManager(
+      os.path.join(os.path.abspath(workdir), 'checkpoints', f'seed_{seed}'),
+      options=ocp.CheckpointManagerOptions(max_to_keep=1, enable_async_checkpointing=True),
+      item_handlers=ocp.StandardCheckpointHandler())
   try:  # Orbax's background threads must be shut down on every way out, errors included.
     # A seed keeps one checkpoint: if it is damaged, the seed can only start over.
     fix = f'Delete {manager.directory} to train seed {seed} again from its start'
@@ -236,15 +231,18 @@ def for_each_seed(config, workdir: str, total_steps: int, run_seed) -> dict:
     records = [json.loads(line) for line in kept]  # a seed no longer run keeps none
     kept = [line for line, r in zip(kept, records)
             if r['seed'] in resumed and r['step'] <= resumed[r['seed']]]
-  write_text(path, ''.join(kept))
+  write_file(path, ''.join(kept))
   with open(path, 'a') as metrics_file:
     def log(record):
       metrics_file.write(json.dumps(record) + '\n')
       metrics_file.flush()
+      # The training left: this seed's steps and every later seed's, at the record's steps/s
+      # (their predictions not counted).
+      later = len(seeds) - 1 - seeds.index(record['seed'])
+      eta = (total_steps - record['step'] + later * total_steps) / record['steps_per_s']
       logging.info('seed %d step %d/%d | loss %.4f | lr %.2e | %.1f steps/s | eta %s',
                    record['seed'], record['step'], total_steps, record['loss'],
-                   record['learning_rate'], record['steps_per_s'],
-                   report.format_duration(eta_seconds(record, total_steps, seeds)))
+                   record['learning_rate'], record['steps_per_s'], report.format_duration(eta))
 
     outcomes = {}
     for seed in seeds:
@@ -253,18 +251,27 @@ def for_each_seed(config, workdir: str, total_steps: int, run_seed) -> dict:
   return outcomes
 
 
-def eta_seconds(record: dict, total_steps: int, seeds: list[int]) -> float:
-  """The training left at a logged step: this seed's steps and every later seed's, at the
-  record's steps/s (their predictions not counted)."""
-  later = len(seeds) - 1 - seeds.index(record['seed'])
-  return (total_steps - record['step'] + later * total_steps) / record['steps_per_s']
+def fine_tune_seeds(config, workdir: str, start, model, total_steps: int, train_inputs: dict,
+                    loss_fn, predict_fn, evaluate, score: tuple[str, str], budget: dict,
+                    token_counts=None, programs: int = 1,
+                    files_keys: tuple[str, str] = ('files_seed', 'files'), **extra) -> dict:
+  """Trains every seed (compile_for's steps; train_inputs put on the devices once for all), then
+  evaluate(seed, predict) -> (scores, files), where predict(inputs, what=...) gives loop.predict's
+  outputs of the seed's parameters. results.json is scored by `score` = (split, metric) and names
+  the median seed and its files under `files_keys` (the seed None if there are none); each seed's
+  `files` (name -> text or a JSON value) go to DIR/seed_<seed>/, the median seed's also to DIR.
+  The step must have compiled at most `programs` times."""
+  compiled = compile_for(config, model, total_steps, loss_fn, predict_fn)
+  train_inputs = jax.device_put(train_inputs, compiled.replicated)
+  schedule = optim.learning_rate_schedule(config, total_steps)
 
+  def run_seed(seed, log):
+    params = train_seed(config, seed, start, model, compiled, train_inputs, total_steps,
+                        schedule, log, workdir, token_counts)
+    return evaluate(seed, functools.partial(predict, compiled.predict, params,
+                                            batch_size=config.eval_batch_size,
+                                            batch_sharding=compiled.batch_sharding))
 
-def run_and_write_seeds(config, workdir: str, start, compiled, total_steps: int, run_seed,
-                        score: tuple[str, str], budget: dict, **extra) -> dict:
-  """Every seed (run_seed returns (scores, files)), then results.json scored by `score` =
-  (split, metric); each seed's `files` (name -> text or a JSON value) go to DIR/seed_<seed>/, the
-  median seed's also to DIR. GLUE writes its own (glue/run.py)."""
   started = time.perf_counter()
   outcomes = for_each_seed(config, workdir, total_steps, run_seed)
   budget = {**budget, 'steps': total_steps, 'batch_size': config.batch_size,
@@ -277,19 +284,19 @@ def run_and_write_seeds(config, workdir: str, start, compiled, total_steps: int,
   for seed, (_, named) in outcomes.items():
     os.makedirs(os.path.join(workdir, f'seed_{seed}'), exist_ok=True)
     for name, value in named.items():
-      write = write_text if isinstance(value, str) else write_json
-      write(os.path.join(workdir, f'seed_{seed}', name), value)
+      write_file(os.path.join(workdir, f'seed_{seed}', name), value)
       if seed == chosen:
-        write(os.path.join(workdir, name), value)
+        write_file(os.path.join(workdir, name), value)
   summary = {
       'task': config.task, 'init_from': config.init_from, 'init': start.description,
       'size': config.size, 'score_metric': f'{split} {metric}',
       'score': float(np.median(list(scores.values()))), 'median': medians(per_seed),
       'seeds': {str(seed): values for seed, values in per_seed.items()},
-      'files_seed': chosen, 'files': sorted(outcomes[chosen][1]), 'budget': budget,
+      files_keys[0]: chosen if outcomes[chosen][1] else None,
+      files_keys[1]: sorted(outcomes[chosen][1]), 'budget': budget,
       'learning_rate': config.learning_rate, 'layer_decay': config.layer_decay, **extra}
-  write_json(os.path.join(workdir, RESULTS), summary)
-  pretrain.check_compiled_once(compiled.step)
+  write_file(os.path.join(workdir, RESULTS), summary)
+  pretrain.check_compiled_once(compiled.step, programs)
   return summary
 
 
@@ -312,16 +319,10 @@ def medians(per_seed: dict[int, dict]) -> dict[str, dict[str, float]]:
                   for metric in values} for split, values in first.items()}
 
 
-def write_json(path: str, value) -> None:
-  with open(path + '.tmp', 'w') as f:
-    json.dump(value, f, indent=2)
-    f.write('\n')
-  os.replace(path + '.tmp', path)
-
-
-def write_text(path: str, text: str) -> None:
+def write_file(path: str, value) -> None:
+  """`value`, text or a JSON value (indented), to `path` in one replace: a kill leaves no half."""
   with open(path + '.tmp', 'w', encoding='utf-8') as f:
-    f.write(text)
+    f.write(value if isinstance(value, str) else json.dumps(value, indent=2) + '\n')
   os.replace(path + '.tmp', path)
 
 

@@ -1,10 +1,8 @@
 """The fine-tuning optimizer: pretraining's AdamW and schedule, with layer-wise LR decay.
 
-Each layer's update is scaled by decay^depth, its layers below the top: the head lr, layer_i
-lr * decay^(L - i), the embeddings (and embeddings_project) lr * decay^(L + 1). The original gave
-the top layer decay^2, counting a slot for the pooler ELECTRA removed; we count without it. The
-factor scales the whole update (Adam plus decoupled weight decay), as the original's per-layer
-learning rate did.
+Each parameter's whole update (Adam plus decoupled weight decay, as the original's per-layer
+learning rate) is scaled by decay^depth (layer_depth). The original gave the top layer decay^2,
+counting a slot for the pooler ELECTRA removed; we count without it.
 """
 
 import re

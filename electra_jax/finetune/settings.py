@@ -51,13 +51,6 @@ def shared_recipe(glue_config_path: str) -> ml_collections.ConfigDict:
   return config
 
 
-def infer_size(model: ml_collections.ConfigDict) -> str:
-  """small / base / large by the discriminator's width (smaller models count as small)."""
-  if model.hidden_size >= 1024:
-    return 'large'
-  return 'base' if model.hidden_size >= 768 else 'small'
-
-
 def parse_seeds(seeds: str) -> list[int]:
   try:
     parsed = [int(s) for s in str(seeds).replace(' ', '').split(',') if s]
@@ -78,8 +71,9 @@ def resolve(config: ml_collections.ConfigDict, task, model: ml_collections.Confi
   if init_step is not None:
     c.init_step = init_step
   c.model = ml_collections.ConfigDict(model.to_dict())
-  if c.size == 'auto':
-    c.size = infer_size(model)
+  if c.size == 'auto':  # by the discriminator's width (smaller models count as small)
+    width = model.hidden_size
+    c.size = 'large' if width >= 1024 else 'base' if width >= 768 else 'small'
   if c.size not in SIZES:
     raise UsageError(f"config.size={c.size!r}: use 'auto', 'small', 'base' or 'large'")
   learning_rate, layer_decay = SIZES[c.size]

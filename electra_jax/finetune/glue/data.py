@@ -14,7 +14,7 @@ import numpy as np
 
 from electra_jax.data import sources
 from electra_jax.common.errors import UsageError
-from electra_jax.finetune.glue.tasks import Columns, Task
+from electra_jax.finetune.glue.tasks import Columns, Split, Task
 
 STS_RANGE = (0.0, 5.0)  # STS-B similarity scores
 
@@ -47,8 +47,15 @@ def parse_label(task: Task, value: Any, where: str) -> int | float:
   return task.labels.index(text)
 
 
-def _label_array(task: Task, labels: list) -> np.ndarray:
-  return np.asarray(labels, np.float32 if task.is_regression else np.int32)
+def _examples(task: Task, found: list[tuple], pair: bool, labelled: bool,
+              source: str) -> Examples:
+  """Examples of (text A, text B, label, index) tuples, B and the label None where absent."""
+  if not found:
+    raise UsageError(f'{source} holds no examples')
+  text_a, text_b, labels, ids = map(list, zip(*found))
+  return Examples(text_a, text_b if pair else None,
+                  np.asarray(labels, np.float32 if task.is_regression else np.int32)
+                  if labelled else None, ids)
 
 
 # ---- local GLUE folder ----------------------------------------------------------------------
@@ -66,54 +73,32 @@ def task_dir(data_dir: str, task: Task) -> str:
                    f'<data_dir>/{task.name}/{{train,dev,test}}.tsv')
 
 
-def read_tsv(path: str) -> list[list[str]]:
-  """The rows of a TSV file, blank lines skipped, quotes taken literally."""
-  try:
-    with open(path, encoding='utf-8-sig', newline='') as f:
-      return [row for row in csv.reader(f, delimiter='\t', quoting=csv.QUOTE_NONE) if row]
-  except UnicodeDecodeError as e:
-    raise UsageError(f"'{path}' is not UTF-8 ({e}); GLUE files are UTF-8") from None
-
-
-def _positions(columns: Columns, header: list[str] | None, path: str, task: Task):
-  """Column positions of (text_a, text_b, label, index); None where a field is absent."""
-  fields = (columns.text_a, columns.text_b, columns.label, columns.index)
-  if header is None:
-    return fields
-  missing = [name for name in fields if name is not None and name not in header]
-  if missing:
-    raise UsageError(f"'{path}' has no column {', '.join(repr(m) for m in missing)} (its header: "
-                     f"{', '.join(header)}); a {task.name} file of this split has the columns "
-                     f"{', '.join(str(f) for f in fields if f is not None)}")
-  return tuple(None if name is None else header.index(name) for name in fields)
-
-
 def examples_from_rows(task: Task, rows: list[list[str]], columns: Columns,
                        path: str) -> Examples:
   """The examples of one TSV file's rows (its header, if the layout has one, first)."""
-  header = None
+  # Column positions of (text_a, text_b, label, index); None where a field is absent.
+  fields, first_line = (columns.text_a, columns.text_b, columns.label, columns.index), 1
   if columns.header:
     if not rows:
       raise UsageError(f"'{path}' is empty; a {task.name} file starts with its header line")
-    header, rows = [name.strip() for name in rows[0]], rows[1:]
-  a, b, label, index = _positions(columns, header, path, task)
-  needed = max(p for p in (a, b, label, index) if p is not None) + 1
-  text_a, text_b, labels, ids = [], [], [], []
-  first_line = 2 if header else 1
+    header, rows, first_line = [name.strip() for name in rows[0]], rows[1:], 2
+    missing = [name for name in fields if name is not None and name not in header]
+    if missing:
+      raise UsageError(f"'{path}' has no column {', '.join(repr(m) for m in missing)} (its "
+                       f"header: {', '.join(header)}); a {task.name} file of this split has the "
+                       f"columns {', '.join(str(f) for f in fields if f is not None)}")
+    fields = tuple(None if name is None else header.index(name) for name in fields)
+  a, b, label, index = fields
+  needed = max(p for p in fields if p is not None) + 1
+  found = []
   for line, row in enumerate(rows, start=first_line):
     if len(row) < needed:
       raise UsageError(f"'{path}' line {line} has {len(row)} tab-separated fields; {task.name} "
                        f'needs at least {needed} here')
-    text_a.append(row[a])
-    if b is not None:
-      text_b.append(row[b])
-    if label is not None:
-      labels.append(parse_label(task, row[label], f"'{path}' line {line}"))
-    ids.append(row[index].strip() if index is not None else str(line - first_line))
-  if not text_a:
-    raise UsageError(f"'{path}' holds no examples")
-  return Examples(text_a, text_b if b is not None else None,
-                  _label_array(task, labels) if label is not None else None, ids)
+    found.append((row[a], None if b is None else row[b],
+                  None if label is None else parse_label(task, row[label], f"'{path}' line {line}"),
+                  row[index].strip() if index is not None else str(line - first_line)))
+  return _examples(task, found, b is not None, label is not None, f"'{path}'")
 
 
 def read_local(data_dir: str, task: Task, file: str, labelled: bool,
@@ -125,8 +110,13 @@ def read_local(data_dir: str, task: Task, file: str, labelled: bool,
       return None
     raise UsageError(f"'{path}' does not exist; the GLUE layout is "
                      f'<data_dir>/{task.name}/{{train,dev,test}}.tsv')
-  columns = task.train_columns if labelled else task.test_columns
-  return examples_from_rows(task, read_tsv(path), columns, path)
+  try:  # blank lines skipped, quotes taken literally
+    with open(path, encoding='utf-8-sig', newline='') as f:
+      rows = [row for row in csv.reader(f, delimiter='\t', quoting=csv.QUOTE_NONE) if row]
+  except UnicodeDecodeError as e:
+    raise UsageError(f"'{path}' is not UTF-8 ({e}); GLUE files are UTF-8") from None
+  return examples_from_rows(task, rows, task.train_columns if labelled else task.test_columns,
+                            path)
 
 
 # ---- TFDS -----------------------------------------------------------------------------------
@@ -138,29 +128,24 @@ def _text(value) -> str:
 def examples_from_records(task: Task, records: Iterable[Mapping[str, Any]], labelled: bool,
                           source: str) -> Examples:
   """Examples of TFDS glue/<config> records (features as TFDS gives them: text as bytes)."""
-  text_a, text_b, labels, ids = [], [], [], []
+  found = []
   for number, record in enumerate(records):
     missing = [f for f in (*task.tfds_text, 'label') if f not in record]
     if missing:
       raise UsageError(f'{source} has no feature {", ".join(missing)} (it has '
                        f'{", ".join(sorted(record))}); is it glue/{task.tfds_config}?')
-    text_a.append(_text(record[task.tfds_text[0]]))
-    if task.is_pair:
-      text_b.append(_text(record[task.tfds_text[1]]))
-    if labelled:
-      value = record['label']
-      if not task.is_regression:
-        value = int(value)
-        if not 0 <= value < len(task.labels):
-          raise UsageError(f'{source} record {number}: {task.name} class {value} is not in '
-                           f'0..{len(task.labels) - 1}; labelled splits need labels')
-        value = task.tfds_labels[value] if task.tfds_labels else str(value)
-      labels.append(parse_label(task, value, f'{source} record {number}'))
-    ids.append(str(int(record['idx'])) if 'idx' in record else str(number))
-  if not text_a:
-    raise UsageError(f'{source} holds no examples')
-  return Examples(text_a, text_b if task.is_pair else None,
-                  _label_array(task, labels) if labelled else None, ids)
+    value = record['label']
+    if labelled and not task.is_regression:
+      value = int(value)
+      if not 0 <= value < len(task.labels):
+        raise UsageError(f'{source} record {number}: {task.name} class {value} is not in '
+                         f'0..{len(task.labels) - 1}; labelled splits need labels')
+      value = task.tfds_labels[value] if task.tfds_labels else str(value)
+    found.append((_text(record[task.tfds_text[0]]),
+                  _text(record[task.tfds_text[1]]) if task.is_pair else None,
+                  parse_label(task, value, f'{source} record {number}') if labelled else None,
+                  str(int(record['idx'])) if 'idx' in record else str(number)))
+  return _examples(task, found, task.is_pair, labelled, source)
 
 
 def read_tfds(tfds_name: str, data_dir: str, task: Task, split: str, labelled: bool,
@@ -189,14 +174,12 @@ class GlueData(NamedTuple):
 def load(task: Task, data_dir: str, tfds_name: str, tfds_data_dir: str,
          with_test: bool = True) -> GlueData:
   """Train, dev and (where present) test examples of `task` from the configured source."""
-  if data_dir:
-    read = lambda split, labelled, required=True: read_local(
-        data_dir, task, split.file if split else 'train', labelled, required)
-  else:
-    read = lambda split, labelled, required=True: read_tfds(
-        tfds_name, tfds_data_dir, task, split.tfds_split if split else 'train', labelled,
-        required)
-  train = read(None, True)
+  def read(split: Split, labelled: bool, required: bool = True) -> Examples | None:
+    if data_dir:
+      return read_local(data_dir, task, split.file, labelled, required)
+    return read_tfds(tfds_name, tfds_data_dir, task, split.tfds_split, labelled, required)
+
+  train = read(Split('train', 'train', 'train'), True)
   dev = {split.name: read(split, True) for split in task.dev}
   test = {split.name: read(split, False, False) for split in task.test} if with_test else {}
   return GlueData(train, dev, {k: v for k, v in test.items() if v is not None})

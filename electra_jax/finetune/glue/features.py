@@ -23,11 +23,9 @@ def encode(examples: Examples, vocab, max_seq_length: int) -> dict[str, np.ndarr
   """input_ids and segment_ids [N, max_seq_length] (int32) of the examples."""
   ids_a = vocab.encode(examples.text_a)
   ids_b = vocab.encode(examples.text_b) if examples.text_b is not None else None
-  count = len(ids_a)
-  input_ids = np.zeros((count, max_seq_length), np.int32)
+  input_ids = np.zeros((len(ids_a), max_seq_length), np.int32)
   segment_ids = np.zeros_like(input_ids)
-  for row in range(count):
-    a = ids_a[row]
+  for row, a in enumerate(ids_a):
     if ids_b is None:
       tokens = [vocab.cls_id, *a[:max_seq_length - 2], vocab.sep_id]
       first = len(tokens)
@@ -41,11 +39,6 @@ def encode(examples: Examples, vocab, max_seq_length: int) -> dict[str, np.ndarr
   return {'input_ids': input_ids, 'segment_ids': segment_ids}
 
 
-def round_up(n, multiple: int):
-  """n (an int or an integer array) rounded up to a multiple of `multiple`."""
-  return -(-n // multiple) * multiple
-
-
 def token_counts(input_ids: np.ndarray) -> np.ndarray:
   """[N] each row's length up to its last non-padding token (padding, id 0, is at the end)."""
   positions = np.arange(1, input_ids.shape[1] + 1)
@@ -55,7 +48,8 @@ def token_counts(input_ids: np.ndarray) -> np.ndarray:
 def trim_padding(inputs: dict[str, np.ndarray], multiple: int = 8) -> dict[str, np.ndarray]:
   """The [N, L] inputs without the trailing all-padding columns (rounded up to `multiple`). The
   outputs stay those of the full length: attention's -10000 on padding gives exactly 0."""
-  length = round_up(max(int(token_counts(inputs['input_ids']).max(initial=0)), 1), multiple)
+  longest = max(int(token_counts(inputs['input_ids']).max(initial=0)), 1)
+  length = -(-longest // multiple) * multiple  # rounded up to the multiple
   return {name: values[:, :length] for name, values in inputs.items()}
 
 

@@ -1,14 +1,11 @@
 """Fine-tuning on one GLUE task, for several seeds: data -> classifier -> the shared loop -> scores.
 
 GLUE's part: the loss (cross entropy; squared error for STS-B), the (B, A) swaps, each set cut
-to its longest example, and results.json scored by the first dev split's first metric. A test
-split's submission file (<TASK>.tsv; MNLI-m.tsv, MNLI-mm.tsv) is GLUE's `index<TAB>prediction`,
-per seed in DIR/seed_<seed>/ and the median seed's in DIR.
+to its longest example, results.json scored by the first dev split's first metric, and each test
+split's submission file (<TASK>.tsv; MNLI-m.tsv, MNLI-mm.tsv).
 """
 
 import functools
-import os
-import time
 
 from absl import logging
 import jax
@@ -19,9 +16,8 @@ import optax
 
 from electra_jax.common import run_lock
 from electra_jax.common.errors import UsageError
-from electra_jax.finetune import init, loop, optim, settings
+from electra_jax.finetune import init, loop, settings
 from electra_jax.finetune.glue import data as glue_data, features, model as glue_model, tasks
-from electra_jax.training import train as pretrain
 
 
 def classifier_of(config, model_config, num_outputs: int) -> glue_model.Classifier:
@@ -63,14 +59,11 @@ def compile_steps(model, optimizer, regression, mesh) -> loop.Compiled:
                                  functools.partial(predict_step, model=model), optimizer, mesh)
 
 
-def write_submission(path: str, task: tasks.Task, examples: glue_data.Examples,
-                     predictions: np.ndarray):
-  lines = ['index\tprediction']
-  for index, prediction in zip(examples.index, predictions):
-    value = f'{float(prediction):.3f}' if task.is_regression else task.labels[int(prediction)]
-    lines.append(f'{index}\t{value}')
-  with open(path, 'w', encoding='utf-8') as f:
-    f.write('\n'.join(lines) + '\n')
+def submission(task: tasks.Task, examples: glue_data.Examples, predictions: np.ndarray) -> str:
+  """A submission file's text: GLUE's `index<TAB>prediction` lines under their header."""
+  values = (f'{float(p):.3f}' if task.is_regression else task.labels[int(p)] for p in predictions)
+  return 'index\tprediction\n' + ''.join(f'{index}\t{value}\n'
+                                        for index, value in zip(examples.index, values))
 
 
 def majority_class(task: tasks.Task, dev_labels: dict[str, np.ndarray]) -> dict | None:
@@ -92,39 +85,12 @@ def at_or_below_majority(task: tasks.Task, median: dict, majority: dict | None,
           for split in (majority or {}) if median[split][metric] <= majority[split][metric]]
 
 
-def write_results(workdir: str, task: tasks.Task, config, description: str, budget: dict,
-                  per_seed: dict[int, dict], predictions: dict[int, dict[str, np.ndarray]],
-                  test: dict[str, glue_data.Examples], majority: dict | None = None) -> dict:
-  """DIR/results.json and the submission files; returns results.json's contents."""
-  task_scores = {seed: s[task.dev[0].name][task.metrics[0]] for seed, s in per_seed.items()}
-  chosen = loop.median_of(task_scores)
-  for seed, by_split in predictions.items():
-    seed_dir = os.path.join(workdir, f'seed_{seed}')
-    os.makedirs(seed_dir, exist_ok=True)
-    for name, values in by_split.items():
-      write_submission(os.path.join(seed_dir, f'{name}.tsv'), task, test[name], values)
-      if seed == chosen:
-        write_submission(os.path.join(workdir, f'{name}.tsv'), task, test[name], values)
-  summary = {
-      'task': task.name, 'init_from': config.init_from, 'init': description, 'size': config.size,
-      'score_metric': f'{task.dev[0].name} {task.metrics[0]}',
-      'score': float(np.median(list(task_scores.values()))),
-      'median': loop.medians(per_seed),
-      'seeds': {str(seed): scores for seed, scores in per_seed.items()},
-      'submission_seed': chosen if predictions[chosen] else None,  # None: no test split
-      'submission_files': sorted(f'{name}.tsv' for name in test), 'budget': budget,
-      'learning_rate': config.learning_rate, 'layer_decay': config.layer_decay,
-      'majority_class': majority}
-  loop.write_json(os.path.join(workdir, loop.RESULTS), summary)
-  return summary
-
-
 @run_lock.one_run_per_workdir('fine-tuning run')
 def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Fine-tunes every seed of `config` on its task; writes DIR/results.json and submissions."""
   task = tasks.get_task(config.task)
   settings.parse_seeds(config.seeds)
-  start = init.with_reinit(init.load_start(config), config.reinit)
+  start = init.load_start(config)
   config = resolve(config, task, start.model, jax.device_count(), start.step)
   data = glue_data.load(task, config.data_dir, config.tfds_name, config.tfds_data_dir,
                         config.predict_test)
@@ -143,14 +109,7 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   loop.prepare_workdir(config, workdir)
   model = classifier_of(config, start.model, task.num_outputs)
-  shapes = init.param_shapes(model, config.max_seq_length)
-  optimizer = optim.make_optimizer(config, shapes, start.model.num_layers, total_steps)
-  compiled = compile_steps(model, optimizer, task.is_regression, pretrain.make_mesh())
   width = train_inputs['input_ids'].shape[1]
-  token_counts = features.token_counts(train_inputs['input_ids'])
-  train_inputs = jax.device_put(train_inputs, compiled.replicated)  # once, for every seed
-  schedule = optim.learning_rate_schedule(config, total_steps)
-  # Only pair tasks trained on (B, A) as well have more rows than examples used.
   swaps = f', {len(train_set)} rows with the (B, A) swaps' if len(train_set) != used else ''
   logging.info('%s from %s: %d training examples (%d used%s), %d steps of '
                '%d (length %d of %d), lr %g, layer decay %g, seeds %s', task.name,
@@ -158,36 +117,31 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
                config.batch_size, width, config.max_seq_length,
                config.learning_rate, config.layer_decay, config.seeds)
 
-  def run_seed(seed, log):
-    """Trains from a fresh head (seed): (dev metrics by split, test predictions)."""
-    params = loop.train_seed(config, seed, start, model, compiled, train_inputs, total_steps,
-                             schedule, log, workdir, token_counts)
-    def predict(inputs):
-      outputs = loop.predict(compiled.predict, params, inputs, config.eval_batch_size,
-                             compiled.batch_sharding)
+  def evaluate(seed, predict):
+    """A seed's dev metrics by split, and its submission files."""
+    del seed
+    def predicted(inputs):
+      outputs = predict(inputs)
       return outputs[:, 0] if task.is_regression else np.argmax(outputs, axis=-1)
-    scores = {name: tasks.compute(task.metrics, labels, predict(inputs))
+    scores = {name: tasks.compute(task.metrics, labels, predicted(inputs))
               for name, (inputs, labels) in eval_inputs['dev'].items()}
-    return scores, {name: predict(inputs) for name, inputs in eval_inputs['test'].items()}
+    return scores, {f'{name}.tsv': submission(task, data.test[name], predicted(inputs))
+                    for name, inputs in eval_inputs['test'].items()}
 
-  started = time.perf_counter()
-  outcomes = loop.for_each_seed(config, workdir, total_steps, run_seed)
-  per_seed = {seed: scores for seed, (scores, _) in outcomes.items()}
-  predictions = {seed: test for seed, (_, test) in outcomes.items()}
-  budget = {'train_examples': used, 'train_pairs_with_swaps': len(train_set),
-            'steps': total_steps, 'batch_size': config.batch_size,
-            'epochs': config.num_epochs, 'max_seq_length': config.max_seq_length,
-            'seconds': round(time.perf_counter() - started, 1)}
   dev_labels = {name: labels for name, (_, labels) in eval_inputs['dev'].items()}
   majority = majority_class(task, dev_labels)
-  summary = write_results(workdir, task, config, start.description, budget, per_seed,
-                          predictions, data.test, majority)
+  # One program per batch length: at most one per multiple up to the set's length.
+  multiple = config.length_multiple
+  summary = loop.fine_tune_seeds(
+      config, workdir, start, model, total_steps, train_inputs,
+      functools.partial(loss_fn, regression=task.is_regression), predict_step, evaluate,
+      (task.dev[0].name, task.metrics[0]),
+      {'train_examples': used, 'train_pairs_with_swaps': len(train_set)},
+      features.token_counts(train_inputs['input_ids']), -(-width // multiple) if multiple else 1,
+      ('submission_seed', 'submission_files'), majority_class=majority)
   if majority:
     logging.info('%s: median %s; majority class %s', task.name,
                  loop.format_scores(summary['median']), loop.format_scores(majority))
   for warning in at_or_below_majority(task, summary['median'], majority, dev_labels):
     logging.warning(warning)
-  # One program per batch length: at most one per multiple up to the set's length.
-  multiple = config.length_multiple
-  pretrain.check_compiled_once(compiled.step, -(-width // multiple) if multiple else 1)
   return summary

@@ -8,11 +8,12 @@ files have none, so a mismatch is the user's to fix).
 
 import json
 import os
+import re
 from typing import NamedTuple
 
 from electra_jax.common.errors import UsageError
 
-_WHITESPACE = frozenset(' \t\r\n\u202f')
+_WORD = re.compile('[^ \t\r\n\u202f]+')  # a word: a run of anything but that whitespace
 
 
 class Context(NamedTuple):
@@ -45,18 +46,8 @@ class SquadSet(NamedTuple):
 
 
 def split_words(text: str) -> Context:
-  starts, ends, inside = [], [], False
-  for i, char in enumerate(text):
-    if char in _WHITESPACE:
-      if inside:
-        ends.append(i)
-      inside = False
-    elif not inside:
-      starts.append(i)
-      inside = True
-  if inside:
-    ends.append(len(text))
-  return Context(text, tuple(starts), tuple(ends))
+  spans = [word.span() for word in _WORD.finditer(text)]
+  return Context(text, tuple(start for start, _ in spans), tuple(end for _, end in spans))
 
 
 def _has(record: dict, name: str, kind: type) -> bool:

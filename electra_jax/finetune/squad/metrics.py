@@ -56,8 +56,8 @@ def evaluate_v1(gold: dict[str, list[str]], predictions: dict[str, str]) -> dict
 # ---- v2.0 -----------------------------------------------------------------------------------
 
 def f1_v2(gold: str, prediction: str) -> float:
-  gold_tokens = normalize_answer(gold).split() if gold else []
-  prediction_tokens = normalize_answer(prediction).split() if prediction else []
+  gold_tokens = normalize_answer(gold).split()
+  prediction_tokens = normalize_answer(prediction).split()
   if not gold_tokens or not prediction_tokens:
     return float(gold_tokens == prediction_tokens)
   return _f1(prediction_tokens, gold_tokens)

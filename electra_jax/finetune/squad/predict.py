@@ -51,12 +51,6 @@ def _pairs(outputs, window: int, head: str, n_best_size: int):
   return starts, ends, start_logits[starts] + end_logits[ends]
 
 
-def _null_score(outputs, window: int, head: str) -> float:
-  if head == 'electra':
-    return float(outputs['answerable_logit'][window])
-  return float(outputs['start_logits'][window][0] + outputs['end_logits'][window][0])
-
-
 def answers(squad: SquadSet, windows: Windows, contexts: list[TokenizedContext], outputs,
             head: str, v2: bool, n_best_size: int, max_answer_length: int) -> Answers:
   """Every question's best answer (and, for v2, its no-answer score) from the windows' outputs
@@ -76,8 +70,10 @@ def answers(squad: SquadSet, windows: Windows, contexts: list[TokenizedContext],
       valid &= windows.max_context[w][np.clip(starts, 0, windows.max_context.shape[1] - 1)]
       candidates += [(float(scores[k]), w, int(starts[k]), int(ends[k]))
                      for k in np.flatnonzero(valid)]
-      if v2:
-        null = min(null, _null_score(outputs, w, head))
+      if v2 and head == 'electra':
+        null = min(null, float(outputs['answerable_logit'][w]))
+      elif v2:
+        null = min(null, float(outputs['start_logits'][w][0] + outputs['end_logits'][w][0]))
     # sorted() is stable: equal scores keep window, then beam order, as the original's.
     candidates.sort(key=lambda c: c[0], reverse=True)
     context, tokens = squad.contexts[question.context], contexts[question.context]

@@ -1,13 +1,14 @@
 """Fine-tuning on SQuAD 1.1 or 2.0, for several seeds: files -> windows -> the loop -> answers.
 
-DIR gets, per seed in seed_<n>/ and for the median seed (by F1) in DIR: predictions.json
-(question id -> answer, "" for none) and, for 2.0, null_odds.json (the no-answer scores) and
-best_non_null.json (the answers before the threshold, for the 2.0 script's threshold search).
+Each seed's files: predictions.json (question id -> answer, "" for none) and, for 2.0,
+null_odds.json and best_non_null.json (the answers before the threshold), for the official 2.0
+script's threshold search.
 """
 
 import dataclasses
 import functools
 import os
+import re
 import time
 
 from absl import logging
@@ -16,7 +17,7 @@ import ml_collections
 
 from electra_jax.common import run_lock
 from electra_jax.common.errors import UsageError
-from electra_jax.finetune import init, loop, optim, settings
+from electra_jax.finetune import init, loop, settings
 from electra_jax.finetune.squad import (data as squad_data, features as squad_features,
                                         metrics as squad_metrics, model as qa_model,
                                         predict as squad_predict)
@@ -33,25 +34,12 @@ class QATask:
 
 TASKS = {'squad_v1': QATask('squad_v1', False, 'train-v1.1.json', 'dev-v1.1.json'),
          'squad_v2': QATask('squad_v2', True, 'train-v2.0.json', 'dev-v2.0.json')}
-_ALIASES = {'squadv1': 'squad_v1', 'squadv11': 'squad_v1', 'squad11': 'squad_v1',
-            'squad1': 'squad_v1', 'squadv2': 'squad_v2', 'squadv20': 'squad_v2',
-            'squad20': 'squad_v2', 'squad2': 'squad_v2'}
 
 
 def get_task(name: str) -> QATask | None:
   """The SQuAD task `name` spells (squad_v1, SQuAD-1.1, squad2, ...), or None if not SQuAD."""
-  key = ''.join(c for c in name.lower() if c.isalnum())
-  return TASKS[_ALIASES[key]] if key in _ALIASES else None
-
-
-def check(config: ml_collections.ConfigDict) -> None:
-  if config.head not in qa_model.HEADS:
-    raise UsageError(f"config.head={config.head!r}: use 'electra' (the original's) or 'plain' "
-                     '(ElectraForQuestionAnswering)')
-  if config.max_seq_length < config.max_query_length + 4:
-    raise UsageError(f'config.max_seq_length={config.max_seq_length} leaves no room for the '
-                     f'context after a question of max_query_length={config.max_query_length} '
-                     'sub-tokens, [CLS] and two [SEP]; raise it or lower max_query_length')
+  match = re.fullmatch(r'squadv?(1|11|2|20)', ''.join(c for c in name.lower() if c.isalnum()))
+  return TASKS[f'squad_v{match.group(1)[0]}'] if match else None
 
 
 def read_sets(config, task: QATask) -> tuple[squad_data.SquadSet, squad_data.SquadSet]:
@@ -69,7 +57,13 @@ def read_sets(config, task: QATask) -> tuple[squad_data.SquadSet, squad_data.Squ
 def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Fine-tunes every seed of `config` on its SQuAD task; writes DIR/results.json and answers."""
   task = get_task(config.task)
-  check(config)
+  if config.head not in qa_model.HEADS:
+    raise UsageError(f"config.head={config.head!r}: use 'electra' (the original's) or 'plain' "
+                     '(ElectraForQuestionAnswering)')
+  if config.max_seq_length < config.max_query_length + 4:
+    raise UsageError(f'config.max_seq_length={config.max_seq_length} leaves no room for the '
+                     f'context after a question of max_query_length={config.max_query_length} '
+                     'sub-tokens, [CLS] and two [SEP]; raise it or lower max_query_length')
   settings.parse_seeds(config.seeds)
   start = init.load_start(config)
   config = settings.resolve(config, task, start.model, jax.device_count(), start.step)
@@ -86,11 +80,6 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   model = qa_model.QuestionAnswerer(start.model, config.head, task.v2 and config.head == 'electra',
                                     config.beam_size, dtype=loop.DTYPES[config.dtype],
                                     attention=config.attention)
-  compiled = loop.compile_for(config, model, start.model.num_layers,
-                              functools.partial(qa_model.loss_fn, model=model),
-                              functools.partial(qa_model.predict_fn, model=model), total_steps)
-  train_inputs = jax.device_put(train_windows.training_inputs(), compiled.replicated)
-  schedule = optim.learning_rate_schedule(config, total_steps)
   logging.info('%s from %s: %d training questions in %d windows (%d left out: no sub-token in '
                'their answer), %d dev questions in %d windows; %d steps of %d, lr %g, layer '
                'decay %g, seeds %s', task.name, start.description, len(train_set.questions),
@@ -100,15 +89,12 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   gold = {q.qid: [a.text for a in q.answers] for q in dev_set.questions}
 
-  def run_seed(seed, log):
-    params = loop.train_seed(config, seed, start, model, compiled, train_inputs, total_steps,
-                             schedule, log, workdir)
+  def evaluate(seed, predict):
     # Minutes on a CPU for the full dev set: said at its start, with progress as it goes.
     logging.info('seed %d: predicting %d dev questions (%d windows)', seed,
                  len(dev_set.questions), len(dev_windows.input_ids))
     started = time.perf_counter()
-    outputs = loop.predict(compiled.predict, params, dev_windows.model_inputs(),
-                           config.eval_batch_size, compiled.batch_sharding, 'dev windows')
+    outputs = predict(dev_windows.model_inputs(), what='dev windows')
     found = squad_predict.answers(dev_set, dev_windows, dev_contexts, outputs, config.head,
                                   task.v2, config.n_best_size, config.max_answer_length)
     logging.info('seed %d: predicted the dev answers in %.1f s', seed,
@@ -121,8 +107,9 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
     return ({'dev': {**dev, 'threshold': threshold}},
             {**files, 'null_odds.json': found.null_odds, 'best_non_null.json': found.best_non_null})
 
-  return loop.run_and_write_seeds(
-      config, workdir, start, compiled, total_steps, run_seed, ('dev', 'f1'),
+  return loop.fine_tune_seeds(
+      config, workdir, start, model, total_steps, train_windows.training_inputs(),
+      qa_model.loss_fn, qa_model.predict_fn, evaluate, ('dev', 'f1'),
       {'train_questions': len(train_set.questions), 'train_questions_left_out': dropped,
        'train_windows': len(train_windows.input_ids), 'dev_questions': len(dev_set.questions),
        'dev_windows': len(dev_windows.input_ids)},

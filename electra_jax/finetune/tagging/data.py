@@ -27,18 +27,6 @@ class Sentences(NamedTuple):
   tags: list[list[str]]
 
 
-def _tag(path: str, number: int, line: str, fields: list[str]) -> str:
-  """The chunk tag of one word's line; other text (a GLUE TSV) is refused at its first line."""
-  where = f"'{path}' line {number}: {line.strip()[:80]!r}"
-  if len(fields) < 2:
-    raise UsageError(f"{where} has no tag; CoNLL lines are 'WORD POS CHUNK'")
-  if not CHUNK_TAG.fullmatch(fields[-1]):
-    raise UsageError(f'{where} is not CoNLL: it ends in {fields[-1]!r}, no chunk tag (B-NP, '
-                     "I-VP, O); chunking reads 'WORD POS CHUNK' lines, a blank line between "
-                     'sentences (the CoNLL-2000 files)')
-  return fields[-1]
-
-
 def read(path: str, max_sentences: int = 0) -> Sentences:
   if not os.path.isfile(path):
     raise UsageError(f"CoNLL file '{path}' does not exist; set --config.data_dir (and "
@@ -49,8 +37,15 @@ def read(path: str, max_sentences: int = 0) -> Sentences:
       fields = line.split()
       if not fields:
         sentences.append([])
-      elif fields[0] != '-DOCSTART-':
-        sentences[-1].append((fields[0], _tag(path, number, line, fields)))
+      elif fields[0] != '-DOCSTART-':  # other text (a GLUE TSV) is refused at its first line
+        where = f"'{path}' line {number}: {line.strip()[:80]!r}"
+        if len(fields) < 2:
+          raise UsageError(f"{where} has no tag; CoNLL lines are 'WORD POS CHUNK'")
+        if not CHUNK_TAG.fullmatch(fields[-1]):
+          raise UsageError(f'{where} is not CoNLL: it ends in {fields[-1]!r}, no chunk tag (B-NP, '
+                           "I-VP, O); chunking reads 'WORD POS CHUNK' lines, a blank line "
+                           'between sentences (the CoNLL-2000 files)')
+        sentences[-1].append((fields[0], fields[-1]))
   sentences = [sentence for sentence in sentences if sentence]
   if not sentences:
     raise UsageError(f"'{path}' holds no sentences")

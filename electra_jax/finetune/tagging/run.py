@@ -1,9 +1,8 @@
 """Fine-tuning on CoNLL-2000 chunking, for several seeds: files -> features -> the loop -> F1.
 
 The loss is the original's: per sentence, the sum over its words of the cross-entropy at the
-word's first sub-token, averaged over the batch. DIR gets predictions.txt in conlleval's input
-format (`conlleval < predictions.txt` gives the same F1), per seed in seed_<n>/ and for the
-median seed (by F1) in DIR.
+word's first sub-token, averaged over the batch. Each seed's predictions.txt is in conlleval's
+input format (`conlleval < predictions.txt` gives the same F1).
 """
 
 import dataclasses
@@ -20,7 +19,7 @@ import optax
 
 from electra_jax.common import run_lock
 from electra_jax.common.errors import UsageError
-from electra_jax.finetune import init, loop, optim, settings
+from electra_jax.finetune import init, loop, settings
 from electra_jax.finetune.tagging import data as chunk_data, metrics as chunk_metrics
 
 
@@ -93,26 +92,20 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   loop.prepare_workdir(config, workdir)
   model = Tagger(start.model, len(labels), loop.DTYPES[config.dtype], config.attention)
-  compiled = loop.compile_for(config, model, start.model.num_layers,
-                              functools.partial(loss_fn, model=model),
-                              functools.partial(predict_fn, model=model), total_steps)
-  train_inputs = jax.device_put(train_features.training_inputs(), compiled.replicated)
-  schedule = optim.learning_rate_schedule(config, total_steps)
   logging.info('chunk from %s: %d training sentences, %d labels (%s), %d steps of %d, lr %g, '
                'layer decay %g, seeds %s', start.description, len(train_set.words), len(labels),
                config.tag_encoding, total_steps, config.batch_size, config.learning_rate,
                config.layer_decay, config.seeds)
 
-  def run_seed(seed, log):
-    params = loop.train_seed(config, seed, start, model, compiled, train_inputs, total_steps,
-                             schedule, log, workdir)
-    predicted = loop.predict(compiled.predict, params, eval_features.model_inputs(),
-                             config.eval_batch_size, compiled.batch_sharding)
+  def evaluate(seed, predict):
+    del seed
+    predicted = predict(eval_features.model_inputs())
     tags = chunk_data.predicted_tags(eval_features, predicted, labels, config.tag_encoding)
     return ({'eval': chunk_metrics.conlleval(eval_set.tags, tags)},
             {'predictions.txt': chunk_data.conlleval_text(eval_set, tags)})
 
-  return loop.run_and_write_seeds(
-      config, workdir, start, compiled, total_steps, run_seed, ('eval', 'f1'),
+  return loop.fine_tune_seeds(
+      config, workdir, start, model, total_steps, train_features.training_inputs(), loss_fn,
+      predict_fn, evaluate, ('eval', 'f1'),
       {'train_sentences': len(train_set.words), 'eval_sentences': len(eval_set.words)},
       train_file=train_set.path, eval_file=eval_set.path, labels=list(labels))
