@@ -180,6 +180,9 @@ def test_tfrecord_split_is_read_without_tensorflow(tfds_dir, tmp_path):
   assert [u.kind for u in units] == ['tfrecord']
   expected = documents(sources.source_units(spec, tfds_data_dir=data_dir))
   assert documents(units) == expected
+  [missing] = sources.parse_sources(f'tfds:{name}:validation')
+  with pytest.raises(UsageError, match="has no split 'validation'"):
+    sources.source_units(missing, tfds_data_dir=str(copy))
 
   tfrecord = next(version_dir.glob('*-train.tfrecord-*'))
   tfrecord.write_bytes(tfrecord.read_bytes()[:-100])

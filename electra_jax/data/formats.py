@@ -3,8 +3,7 @@ detection; and files of records (JSON lines, parquet), one document in each reco
 
 A book without its START or END line is refused (its header or license would be trained on as
 text), and so is text outside <doc> ... </doc>. A <doc> without </doc> is kept as if closed and
-counted ('unclosed_docs'): a shard cut short by an interrupted copy has lost one end tag, not its
-text, and refusing it would drop thousands of good articles over one line.
+counted ('unclosed_docs'; docs/reliability.md says why).
 """
 
 import collections
@@ -209,15 +208,11 @@ def byte_ranges(path: str, text_format: str, unit_bytes: int) -> list[tuple[int,
   return text.line_ranges(path, unit_bytes, ends_document=ends, starts_document=starts)
 
 
-def _head_lines(path: str) -> list[str]:
-  head = text.read_head(path, _HEAD_BYTES)
-  return [line.decode('utf-8', 'replace').strip() for line in
-          head.removeprefix(b'\xef\xbb\xbf').splitlines()]  # Endings as text.py reads them.
-
-
 def _detect(path: str) -> tuple[str, str]:
   """(format, why) from the file's first bytes."""
-  lines = _head_lines(path)
+  head = text.read_head(path, _HEAD_BYTES).removeprefix(b'\xef\xbb\xbf')
+  lines = [line.decode('utf-8', 'replace').strip()
+           for line in head.splitlines()]  # Endings as text.py reads them.
   first = next((line for line in lines if line), '')
   if first.startswith('<doc ') and first.endswith('>'):
     return 'wikiextractor', 'opens with <doc ...>'

@@ -141,8 +141,6 @@ def filled_pairs(documents: Iterable[Sequence[Sequence[int]]], max_seq_length: i
     yield pair
 
 
-
-
 def fill_example(pair: SegmentPair, input_ids: np.ndarray, segment_ids: np.ndarray, cls_id: int,
                  sep_id: int) -> None:
   """Writes [CLS] A [SEP] (B [SEP]) into zeroed rows `input_ids` and `segment_ids`."""

@@ -111,14 +111,13 @@ def _run(tasks: Sequence[_Task], workers: int) -> Iterator[tuple[int, dict]]:
     yield from pool.imap_unordered(_indexed_pack, enumerate(tasks))
 
 
-def _files_without_text(tasks: Sequence[_Task], results: Sequence[dict]) -> list[str]:
-  """The text, JSON lines and parquet files none of whose units held a document, in corpus
-  order."""
-  documents = collections.Counter()
+def _per_file(tasks: Sequence[_Task], results: Sequence[dict], count: str) -> dict[str, int]:
+  """`count` summed over each text, JSON lines and parquet file's units, in corpus order."""
+  totals = collections.Counter()
   for task, result in zip(tasks, results):
     if task.unit.kind in ('text', 'jsonl', 'parquet'):
-      documents[task.unit.path] += result['counts']['documents']
-  return [path for path, count in documents.items() if not count]
+      totals[task.unit.path] += result['counts'][count]
+  return totals
 
 
 def _summary(results: Sequence[dict], max_seq_length: int, files_without_text: int) -> dict:
@@ -138,10 +137,7 @@ def _summary(results: Sequence[dict], max_seq_length: int, files_without_text: i
 def _warn_of_flaws(name: str, tasks: Sequence[_Task], results: Sequence[dict],
                    files_without_text: Sequence[str]) -> None:
   """One warning per kind of flaw read past, naming (up to 5 of) the files."""
-  unclosed = collections.Counter()
-  for task, result in zip(tasks, results):
-    unclosed[task.unit.path] += result['counts']['unclosed_docs']
-  unclosed = {path: count for path, count in unclosed.items() if count}
+  unclosed = {p: n for p, n in _per_file(tasks, results, 'unclosed_docs').items() if n}
   listed = lambda paths: ', '.join(f"'{p}'" for p in list(paths)[:5]) + (
       f' and {len(paths) - 5} more' if len(paths) > 5 else '')
   if files_without_text:
@@ -214,7 +210,7 @@ def prepare_split(sources: Sequence[sources_lib.Source],
         bar.update()
         tokens = sum(r['counts']['tokens'] for r in results if r)
         bar.set_postfix(tokens=f'{tokens:,}', refresh=False)
-    empty_files = _files_without_text(tasks, results)
+    empty_files = [p for p, n in _per_file(tasks, results, 'documents').items() if not n]
     counts = _summary(results, max_seq_length, len(empty_files))
     if counts['examples'] == 0:
       raise UsageError(f'corpus {sources_lib.describe(sources)} holds no text (only blank lines '
@@ -374,7 +370,7 @@ def _alive(pid: int) -> bool:
   return True
 
 
-def _remove_dead_stages(out: str) -> list[str]:
+def _remove_dead_stages(out: str) -> None:
   """Removes `out`'s staging folders whose process is gone (a killed preparation's); a folder
   of a live process is its own to finish or remove."""
   prefix = f'{os.path.normpath(out)}.incomplete'
@@ -385,7 +381,6 @@ def _remove_dead_stages(out: str) -> list[str]:
   if dead:
     logging.info('removed %d staging folder(s) of preparations that ended unfinished (killed): '
                  '%s', len(dead), ', '.join(dead))
-  return dead
 
 
 def prepare_dataset(config, out: str, *, overwrite: bool = False) -> dict[str, dict]:

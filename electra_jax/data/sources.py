@@ -95,23 +95,20 @@ def parse_sources(value: str, setting: str = 'data.sources', *, text_format: str
     if not item:
       continue
     spec, weight = _parse_weight(item, setting)
+    named = {}  # A path or glob names its files in `spec`.
     if spec.startswith('hf:'):
       if not (match := _HF_SPEC.match(spec)):
         raise UsageError(f"cannot parse '{spec}' in {setting}; write hf:NAME_OR_PATH[/CONFIG]"
                          '[:SPLIT], e.g. hf:HuggingFaceFW/fineweb/sample-10BT:train')
-      sources.append(Source(spec=spec, weight=weight, hf_name=match['name'],
-                            split=match['split'] or '', **how))
-      continue
-    if not spec.startswith('tfds:'):
-      sources.append(Source(spec=spec, weight=weight, **how))
-      continue
-    match = _TFDS_SPEC.match(spec)
-    if not match:
-      raise UsageError(f"cannot parse '{spec}' in {setting}; write tfds:NAME[/CONFIG][:SPLIT"
-                       '[:FEATURE]], e.g. tfds:wikipedia/20230601.en:train:text')
-    name = match['name'] + (f":{match['version']}" if match['version'] else '')
-    sources.append(Source(spec=spec, weight=weight, tfds_name=name, split=match['split'] or
-                          'train', feature=match['feature'] or 'text', **how))
+      named = {'hf_name': match['name'], 'split': match['split'] or ''}
+    elif spec.startswith('tfds:'):
+      if not (match := _TFDS_SPEC.match(spec)):
+        raise UsageError(f"cannot parse '{spec}' in {setting}; write tfds:NAME[/CONFIG][:SPLIT"
+                         '[:FEATURE]], e.g. tfds:wikipedia/20230601.en:train:text')
+      version = f":{match['version']}" if match['version'] else ''
+      named = {'tfds_name': match['name'] + version, 'split': match['split'] or 'train',
+               'feature': match['feature'] or 'text'}
+    sources.append(Source(spec=spec, weight=weight, **named, **how))
   if not sources:
     raise UsageError(f'{setting} names no source; pass --config.{setting}=PATH_OR_GLOB, '
                      'tfds:NAME or hf:NAME_OR_PATH')
@@ -162,20 +159,18 @@ def _packing(source: Source, text_format: str) -> str:
 def _file_units(source: Source, text_field: str, unit_bytes: int) -> list[Unit]:
   units = []
   for path in text.resolve_files(source.spec, setting=source.setting):
+    # A record's text field holds a document, so its format is 'lines'.
+    kind, field, text_format = 'jsonl', text_field, 'lines'
     if formats.is_jsonl(path):
-      units += [Unit(kind='jsonl', path=path, start=start, stop=stop, field=text_field,
-                     packing=_packing(source, 'lines'))
-                for start, stop in text.line_ranges(path, unit_bytes)]
-      continue
-    if path.endswith('.parquet'):
-      units += [Unit(kind='parquet', path=path, start=start, stop=stop, field=text_field,
-                     packing=_packing(source, 'lines'))
-                for start, stop in formats.row_group_ranges(path, text_field, unit_bytes)]
-      continue
-    text_format = formats.file_format(path, source.text_format)
-    units += [Unit(kind='text', path=path, start=start, stop=stop, text_format=text_format,
-                   packing=_packing(source, text_format))
-              for start, stop in formats.byte_ranges(path, text_format, unit_bytes)]
+      ranges = text.line_ranges(path, unit_bytes)
+    elif path.endswith('.parquet'):
+      kind, ranges = 'parquet', formats.row_group_ranges(path, text_field, unit_bytes)
+    else:
+      kind, field, text_format = 'text', '', formats.file_format(path, source.text_format)
+      ranges = formats.byte_ranges(path, text_format, unit_bytes)
+    units += [Unit(kind=kind, path=path, start=start, stop=stop, field=field,
+                   text_format=text_format, packing=_packing(source, text_format))
+              for start, stop in ranges]
   return units
 
 
@@ -186,11 +181,7 @@ def source_units(source: Source, *, tfds_data_dir: str = '', text_field: str = '
     return _hf_units(source, text_field, unit_bytes)
   if not source.tfds_name:
     return _file_units(source, text_field, unit_bytes)
-  return [Unit(kind=kind, path=source.tfds_name, start=start, stop=stop, split=source.split,
-               field=source.feature, data_dir=tfds_data_dir, file=file,
-               packing=_packing(source, 'lines'))
-          for kind, file, start, stop in tfds_units(
-              source.tfds_name, source.split, source.feature, tfds_data_dir, unit_bytes)]
+  return _tfds_units(source, tfds_data_dir, unit_bytes)
 
 
 def text_to_document(body: str) -> list[str]:
@@ -212,8 +203,7 @@ def read_unit(unit: Unit, notes: collections.Counter | None = None) -> Iterator[
   elif unit.kind.startswith('hf_'):
     texts = hf_texts(unit)
   else:
-    texts = tfds_texts(unit.kind, unit.path, unit.file, unit.split, unit.field, unit.data_dir,
-                       unit.start, unit.stop)
+    texts = (_decode(record[unit.field], unit.path, index) for index, record in _records(unit))
   return (document for document in map(text_to_document, texts) if document)
 
 
@@ -228,14 +218,13 @@ def identity(source: Source, units: Sequence[Unit]) -> dict:
   """What the prepared data of a source was made from, to tell when it must be remade."""
   record = {'spec': source.spec, 'weight': source.weight}
   if source.tfds_name:
-    record['tfds'] = tfds_identity(source.tfds_name, source.split, units[0].data_dir)
-    return record | _reading(units[0])
+    tfds = tfds_identity(source.tfds_name, source.split, units[0].data_dir)
+    return record | {'tfds': tfds} | _reading(units[0])
   if source.hf_name:
-    record['hf'] = hf_identity(units[0])
-    return record | _reading(units[0])
-  record['files'] = [_file_identity(unit.path) | _reading(unit)
-                     for unit in {u.path: u for u in units}.values()]  # Each file once, in order.
-  return record
+    return record | {'hf': hf_identity(units[0])} | _reading(units[0])
+  # Each file once, in order.
+  return record | {'files': [_file_identity(unit.path) | _reading(unit)
+                             for unit in {u.path: u for u in units}.values()]}
 
 
 def _file_identity(path: str) -> dict:
@@ -336,10 +325,9 @@ def tfds_data_source(name: str, split: str, data_dir: str):
   dataset = tfds_builder(name, data_dir)
   try:
     return dataset.as_data_source(split=split)
-  except NotImplementedError:  # No random-access files: TFRecord, or nothing at all.
+  except NotImplementedError:  # No random-access files: TFRecord (its split: _tfrecord_files)
     if not dataset.is_prepared():
       raise NotPrepared(name, data_dir) from None
-    dataset.info.splits[split]  # pylint: disable=pointless-statement  (checks the split)
     return None
   except (ValueError, KeyError) as e:
     if 'split' in str(e).lower():
@@ -357,34 +345,34 @@ def _check_feature(name: str, feature: str, data_dir: str):
                      f'{texts}); name one as tfds:{name}:SPLIT:FEATURE')
 
 
-def _tfrecord_units(name: str, split: str, data_dir: str) -> list[tuple[str, str, int, int]]:
+def _tfrecord_files(name: str, split: str, data_dir: str) -> list[tuple[str, int, int]]:
+  """(TFRecord file, first record, end record) of each file a split reads (its slice applied)."""
   try:
     instructions = tfds_builder(name, data_dir).info.splits[split].file_instructions
   except (ValueError, KeyError) as e:
     raise _missing_split(name, split, data_dir, e) from None
-  return [('tfrecord', i.filename, i.skip, i.skip + i.take) for i in instructions if i.take]
+  return [(i.filename, i.skip, i.skip + i.take) for i in instructions if i.take]
 
 
-def _range_units(source, name: str, split: str, data_dir: str,
-                 unit_bytes: int) -> list[tuple[str, str, int, int]]:
-  try:
-    info = tfds_builder(name, data_dir).info.splits[split]
-    record_bytes = max(1, int(info.num_bytes) // max(1, info.num_examples))
-  except (ValueError, KeyError, TypeError):  # Sizes unknown (e.g. under tfds.testing.mock_data).
-    record_bytes = _DEFAULT_RECORD_BYTES
-  per_unit = max(1, unit_bytes // record_bytes)
-  return [('tfds', '', start, min(start + per_unit, len(source)))
-          for start in range(0, len(source), per_unit)]
-
-
-def tfds_units(name: str, split: str, feature: str, data_dir: str,
-                unit_bytes: int) -> list[tuple[str, str, int, int]]:
-  """The units of a split as (kind, TFRecord file or '', first record, end record): record
-  ranges of about `unit_bytes`, or one per TFRecord file read (TFDS's, slice applied)."""
-  source = tfds_data_source(name, split, data_dir)
-  _check_feature(name, feature, data_dir)
-  units = (_tfrecord_units(name, split, data_dir) if source is None else
-           _range_units(source, name, split, data_dir, unit_bytes))
+def _tfds_units(source: Source, data_dir: str, unit_bytes: int) -> list[Unit]:
+  """A split's record ranges of about `unit_bytes`, or one unit per TFRecord file read."""
+  name, split = source.tfds_name, source.split
+  records = tfds_data_source(name, split, data_dir)
+  _check_feature(name, source.feature, data_dir)
+  unit = functools.partial(Unit, path=name, split=split, field=source.feature, data_dir=data_dir,
+                           packing=_packing(source, 'lines'))
+  if records is None:
+    units = [unit(kind='tfrecord', file=file, start=start, stop=stop)
+             for file, start, stop in _tfrecord_files(name, split, data_dir)]
+  else:
+    try:
+      info = tfds_builder(name, data_dir).info.splits[split]
+      record_bytes = max(1, int(info.num_bytes) // max(1, info.num_examples))
+    except (ValueError, KeyError, TypeError):  # Sizes unknown (e.g. under tfds.testing.mock_data).
+      record_bytes = _DEFAULT_RECORD_BYTES
+    per_unit = max(1, unit_bytes // record_bytes)
+    units = [unit(kind='tfds', start=start, stop=min(start + per_unit, len(records)))
+             for start in range(0, len(records), per_unit)]
   if not units:
     raise UsageError(f"split '{split}' of TFDS dataset '{name}' is empty; choose another split")
   return units
@@ -417,6 +405,19 @@ def _tfrecords(path: str, start: int, stop: int) -> Iterator[bytes]:
       yield data
 
 
+def _records(unit: Unit) -> Iterator[tuple[int, dict]]:
+  """(index, record decoded by TFDS) of a 'tfds' or 'tfrecord' unit's records [start, stop)."""
+  if unit.kind == 'tfds':
+    source = tfds_data_source(unit.path, unit.split, unit.data_dir)
+    for first in range(unit.start, unit.stop, _READ_CHUNK):
+      keys = range(first, min(first + _READ_CHUNK, unit.stop))
+      yield from zip(keys, _get_records(source, keys))
+    return
+  features = tfds_builder(unit.path, unit.data_dir).info.features
+  for index, raw in enumerate(_tfrecords(unit.file, unit.start, unit.stop), start=unit.start):
+    yield index, features.deserialize_example_np(raw)
+
+
 def _decode(value, name: str, index: int) -> str:
   if isinstance(value, bytes):
     try:
@@ -425,21 +426,6 @@ def _decode(value, name: str, index: int) -> str:
       raise UsageError(f"record {index} of TFDS dataset '{name}' is not valid UTF-8 ({e}); "
                        'choose another text feature') from None
   return str(value)
-
-
-def tfds_texts(kind: str, name: str, file: str, split: str, feature: str, data_dir: str,
-               start: int, stop: int) -> Iterator[str]:
-  """The text feature of records [start, stop) of a unit made by split_units."""
-  if kind == 'tfds':
-    source = tfds_data_source(name, split, data_dir)
-    for first in range(start, stop, _READ_CHUNK):
-      keys = range(first, min(first + _READ_CHUNK, stop))
-      for key, record in zip(keys, _get_records(source, keys)):
-        yield _decode(record[feature], name, key)
-    return
-  features = tfds_builder(name, data_dir).info.features
-  for index, raw in enumerate(_tfrecords(file, start, stop), start=start):
-    yield _decode(features.deserialize_example_np(raw)[feature], name, index)
 
 
 def tfds_identity(name: str, split: str, data_dir: str) -> dict:
@@ -454,14 +440,11 @@ def tfds_identity(name: str, split: str, data_dir: str) -> dict:
 def tfds_records(name: str, split: str, data_dir: str) -> Iterator[dict]:
   """Every record of the split with all its features, decoded by TFDS (text as bytes)."""
   source = tfds_data_source(name, split, data_dir)
-  if source is not None:
-    for first in range(0, len(source), _READ_CHUNK):
-      yield from _get_records(source, range(first, min(first + _READ_CHUNK, len(source))))
-    return
-  features = tfds_builder(name, data_dir).info.features
-  for _, file, start, stop in _tfrecord_units(name, split, data_dir):
-    for raw in _tfrecords(file, start, stop):
-      yield features.deserialize_example_np(raw)
+  units = ([Unit('tfrecord', name, start, stop, split, data_dir=data_dir, file=file)
+            for file, start, stop in _tfrecord_files(name, split, data_dir)] if source is None
+           else [Unit('tfds', name, 0, len(source), split, data_dir=data_dir)])
+  for unit in units:
+    yield from (record for _, record in _records(unit))
 
 
 # Hugging Face datasets (hf:NAME_OR_PATH[/CONFIG][:SPLIT]), read through the `datasets` library,

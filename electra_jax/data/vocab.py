@@ -41,10 +41,9 @@ VOCAB_NAMES = ('vocab.model', 'vocab.txt', TOKENIZER_JSON)
 MAX_CHARS_PER_WORD = 100
 
 
-@dataclasses.dataclass(frozen=True)
-class Vocab:
-  """A loaded sentencepiece model and the fixed ids of its special tokens."""
-  processor: spm.SentencePieceProcessor
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _LoadedVocab:
+  """A loaded vocabulary's file, size and special ids (the defaults: SPECIAL_PIECES' order)."""
   model_path: str
   size: int
   pad_id: int = 0
@@ -53,11 +52,18 @@ class Vocab:
   sep_id: int = 3
   mask_id: int = 4
 
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Vocab(_LoadedVocab):
+  """A loaded sentencepiece model (load_vocab checks that ids 0-4 are the specials)."""
+  processor: spm.SentencePieceProcessor
+
   def encode(self, lines: Sequence[str]) -> list[list[int]]:
     """Token ids of each line (sentencepiece encodes the batch on all cores)."""
     return self.processor.encode(list(lines), out_type=int)
 
-  def encode_with_offsets(self, lines: Sequence[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+  def encode_with_offsets(self, lines: Sequence[str]
+                          ) -> list[tuple[list[int], list[tuple[int, int]]]]:
     """Token ids of each line and each token's [start, end) character span in that line (empty
     for a piece that stands for no character, a lone word-initial '▁')."""
     encoded = []
@@ -78,65 +84,40 @@ class Vocab:
     return hashlib.sha256(self.processor.serialized_model_proto()).hexdigest()
 
 
-def _encode(tokenizer: tokenizers.Tokenizer, lines: Sequence[str]) -> list[list[int]]:
-  """Token ids of each line; the CLS and SEP tokens are added by packing, not here."""
-  return [e.ids for e in tokenizer.encode_batch(list(lines), add_special_tokens=False)]
-
-
-def _encode_with_offsets(tokenizer: tokenizers.Tokenizer, lines: Sequence[str]
-                         ) -> list[tuple[list[int], list[tuple[int, int]]]]:
-  """Token ids of each line and each token's [start, end) character span in that line."""
-  return [(e.ids, [tuple(o) for o in e.offsets])
-          for e in tokenizer.encode_batch(list(lines), add_special_tokens=False)]
-
-
-@dataclasses.dataclass(frozen=True)
-class WordPieceVocab:
-  """A loaded vocab.txt, its tokenizer and the ids of its special tokens."""
-  tokenizer: tokenizers.Tokenizer  # without special tokens added around the text
-  pieces: tuple[str, ...]          # the vocabulary in id order
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _TokenizersVocab(_LoadedVocab):
+  """A vocabulary that `tokenizers` encodes."""
+  tokenizer: tokenizers.Tokenizer  # adds no special tokens; reads their text as plain text
   lowercase: bool
-  model_path: str
-  size: int
-  pad_id: int
-  unk_id: int
-  cls_id: int
-  sep_id: int
-  mask_id: int
 
   def encode(self, lines: Sequence[str]) -> list[list[int]]:
-    return _encode(self.tokenizer, lines)
+    return [e.ids for e in self.tokenizer.encode_batch(list(lines), add_special_tokens=False)]
 
-  def encode_with_offsets(self, lines: Sequence[str]):
-    return _encode_with_offsets(self.tokenizer, lines)
+  def encode_with_offsets(self, lines: Sequence[str]
+                          ) -> list[tuple[list[int], list[tuple[int, int]]]]:
+    """Token ids of each line and each token's [start, end) character span in that line."""
+    return [(e.ids, [tuple(o) for o in e.offsets])
+            for e in self.tokenizer.encode_batch(list(lines), add_special_tokens=False)]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WordPieceVocab(_TokenizersVocab):
+  """A loaded vocab.txt."""
+  pieces: tuple[str, ...]  # the vocabulary in id order
 
   def fingerprint(self) -> str:
     """sha256 over the pieces and the casing: what decides the ids of a text."""
     return hashlib.sha256(json.dumps([self.lowercase, self.pieces]).encode()).hexdigest()
 
 
-@dataclasses.dataclass(frozen=True)
-class TokenizerJsonVocab:
-  """A loaded tokenizer.json, its tokenizer and the ids of its special tokens by role."""
-  tokenizer: tokenizers.Tokenizer  # adds no special tokens, and reads their text as plain text
-  config: dict                     # its JSON as tokenizers writes it: what export writes back
-  specials: dict[str, str]         # 'pad', 'unk' (if it has one), 'cls', 'sep', 'mask' -> token
-  kind: str                        # the model: 'bpe', 'wordpiece', 'unigram', ...
-  lowercase: bool
-  model_path: str
-  size: int
-  pad_id: int
-  unk_id: int                      # pad_id where the tokenizer has no unknown token
-  cls_id: int
-  sep_id: int
-  mask_id: int
-  file_pad_id: int                 # the file's padding id: swapped with id 0 where it is not 0
-
-  def encode(self, lines: Sequence[str]) -> list[list[int]]:
-    return _encode(self.tokenizer, lines)
-
-  def encode_with_offsets(self, lines: Sequence[str]):
-    return _encode_with_offsets(self.tokenizer, lines)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TokenizerJsonVocab(_TokenizersVocab):
+  """A loaded tokenizer.json, its special tokens found by role (unk_id is pad_id where the
+  tokenizer has no unknown token)."""
+  config: dict              # its JSON as tokenizers writes it: what export writes back
+  specials: dict[str, str]  # 'pad', 'unk' (if it has one), 'cls', 'sep', 'mask' -> token
+  kind: str                 # the model: 'bpe', 'wordpiece', 'unigram', ...
+  file_pad_id: int          # the file's padding id: swapped with id 0 where it is not 0
 
   def fingerprint(self) -> str:
     """sha256 over what decides the ids of a text and the special ids; not the post-processor,
@@ -181,16 +162,6 @@ def reservoir_sample(items: Iterable[T], size: int, rng: np.random.Generator) ->
   return sample
 
 
-def sample_lines(files: Sequence[str], max_lines: int, seed: int) -> list[str]:
-  """A uniform random sample of at most `max_lines` non-blank lines of the corpus.
-
-  Not sentencepiece's `input_sentence_size`: its sampling differs between runs even with
-  `set_random_generator_seed` and one thread.
-  """
-  lines = (line for document in text.read_documents(files) for line in document)
-  return reservoir_sample(lines, max_lines, np.random.default_rng(seed))
-
-
 def _raise_for_vocab_size(error: RuntimeError, vocab_size: int, corpus: str) -> None:
   """Turns sentencepiece's complaints about vocab_size or the lines into a UsageError."""
   message = str(error)
@@ -214,6 +185,7 @@ def _raise_for_vocab_size(error: RuntimeError, vocab_size: int, corpus: str) -> 
 
 
 def _write_atomically(path: str, data: bytes) -> None:
+  os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
   tmp_path = f'{path}.tmp{os.getpid()}'
   with open(tmp_path, 'wb') as f:
     f.write(data)
@@ -226,13 +198,17 @@ def train_vocab(files: Sequence[str], vocab_size: int, out_prefix: str, *,
                 vocab_type: str = 'sentencepiece') -> 'AnyVocab':
   """Trains a vocabulary on the files and writes `trained_files(out_prefix, vocab_type)`.
 
-  Byte-identical for the same corpus, size, seed and sentencepiece: the lines are sampled here,
-  and the proto is written here, so it does not record `out_prefix` as sentencepiece would.
+  Byte-identical for the same corpus, size, seed and sentencepiece: the lines are sampled here
+  (a uniform sample of the non-blank lines; sentencepiece's `input_sentence_size` differs between
+  runs even with `set_random_generator_seed` and one thread), and the proto is written here, so
+  it does not record `out_prefix` as sentencepiece would.
   """
   check_sample_size(max_sentences)
-  return train_vocab_on_sentences(sample_lines(files, max_sentences, seed), vocab_size,
-                                  out_prefix, text.describe_files(files), model_type=model_type,
-                                  lowercase=lowercase, vocab_type=vocab_type)
+  lines = (line for document in text.read_documents(files) for line in document)
+  sample = reservoir_sample(lines, max_sentences, np.random.default_rng(seed))
+  return train_vocab_on_sentences(sample, vocab_size, out_prefix, text.describe_files(files),
+                                  model_type=model_type, lowercase=lowercase,
+                                  vocab_type=vocab_type)
 
 
 def trained_files(out_prefix: str, vocab_type: str) -> list[str]:
@@ -306,9 +282,6 @@ def train_vocab_on_sentences(sentences: Sequence[str], vocab_size: int, out_pref
   except RuntimeError as e:
     _raise_for_vocab_size(e, vocab_size, corpus)
     raise
-  out_dir = os.path.dirname(out_prefix)
-  if out_dir:
-    os.makedirs(out_dir, exist_ok=True)
   _write_atomically(out_prefix + '.model', model.getvalue())
   vocab = load_vocab(out_prefix + '.model')
   # The human-readable listing sentencepiece would write: piece, tab, score.
@@ -387,9 +360,6 @@ def train_tokenizer_json(sentences: Sequence[str], vocab_type: str, vocab_size: 
     raise UsageError(
         f'a {vocab_type} vocabulary of corpus {corpus} needs {size} pieces for its alphabet '
         f'and special tokens alone; set --config.model.vocab_size={size} or larger')
-  out_dir = os.path.dirname(out_path)
-  if out_dir:
-    os.makedirs(out_dir, exist_ok=True)
   _write_atomically(out_path, tokenizer.to_str(pretty=True).encode('utf-8'))
   return load_tokenizer_json(out_path)
 
