@@ -1,13 +1,9 @@
 """The real train step compiled for a TPU slice on a host without one, and what it will cost.
 
-libtpu can describe a slice it is not running on (`jax.experimental.topologies`) and compile for
-it: `jit(step).lower(abstract inputs).compile()` builds the TPU executable on a CPU host, with
-XLA's own memory and cost analyses and the partitioned program text. Nothing runs, so nothing is
-timed: step times here are a lower bound from the roofline, not a measurement.
-
-What is compiled is the step training runs, built by train.py's own functions (finetune/aot.py
-does the same for fine-tuning's): same model, objective, optimizer, shardings, donation, dtype,
-remat and gradient accumulation. Only the inputs are abstract (shapes, dtypes and shardings).
+libtpu describes a slice it is not running on (`jax.experimental.topologies`), and
+`jit(step).lower(abstract inputs).compile()` builds the TPU executable on a CPU host with XLA's
+memory and cost analyses. Nothing runs: step times are a roofline's lower bound. The step is
+built by train.py's own functions; only its inputs are abstract.
 """
 
 import glob
@@ -39,9 +35,7 @@ class Chip(NamedTuple):
 
 
 # Cloud TPU data sheets, per chip (cloud.google.com/tpu/docs/v4, /v5e, /v5p, /v6e, "System
-# architecture"): v4 32 GiB HBM2 at 1,200 GB/s, 275 TFLOP/s bfloat16; v5e 16 GiB at 819 GB/s,
-# 197 TFLOP/s; v5p 95 GiB at 2,765 GB/s, 459 TFLOP/s; v6e (Trillium) 32 GiB at 1,640 GB/s,
-# 918 TFLOP/s. The peaks are flops.PEAK_BF16_FLOPS's, so MFU means the same thing everywhere.
+# architecture"). The peaks are flops.PEAK_BF16_FLOPS's, so MFU means the same thing everywhere.
 CHIPS = {'v4': Chip(32 * GIB, 275e12, 1200e9), 'v5litepod': Chip(16 * GIB, 197e12, 819e9),
          'v5p': Chip(95 * GIB, 459e12, 2765e9), 'v6e': Chip(32 * GIB, 918e12, 1640e9)}
 
@@ -62,9 +56,8 @@ class Slice(NamedTuple):
 
 
 def quiet_libtpu_without_a_tpu(name: str):
-  """Tells libtpu, on a host with no TPU, the accelerator type and workers it would look for in
-  vain, printing five lines of errors (`E0000 ... unexpected worker hostname`) though the slice
-  compiles the same. Values set by the user, and hosts with TPU chips, are left alone."""
+  """Tells libtpu, on a host with no TPU, the accelerator type and workers it would otherwise
+  look for, printing five lines of errors (`E0000 ... unexpected worker hostname`)."""
   if glob.glob('/dev/accel*') or glob.glob('/dev/vfio/[0-9]*'):  # a TPU VM's chips
     return
   os.environ.setdefault('TPU_ACCELERATOR_TYPE', name)
@@ -195,7 +188,7 @@ def with_batch(config, batch_size: int, **overrides) -> ml_collections.ConfigDic
 
 
 def largest_batch(config, devices, hbm_bytes: int, limit: int = 1 << 14) -> dict:
-  """The largest per-chip batch (a multiple of grad_accum_steps) whose step fits in HBM. Memory
+  """The largest per-chip batch (a multiple of grad_accum_steps) whose step fits in HBM: memory
   grows linearly in the batch, so two compilations predict it and a few more confirm it."""
   n, unit = len(devices), config.grad_accum_steps
   compiled_sizes = {}
@@ -235,10 +228,9 @@ def largest_batch(config, devices, hbm_bytes: int, limit: int = 1 << 14) -> dict
 
 
 def splash_share(config: ml_collections.ConfigDict) -> float:
-  """The share of the step's full L x L attention that splash computes: a modern local layer's
-  mask skips the blocks outside its window, and the HLO cannot tell local kernels from global
-  ones (same shapes), so flops.py weighs the layers, with a local query meeting the keys of the
-  blocks it computes."""
+  """The share of the step's full L x L attention that splash computes: a modern local layer
+  skips the blocks outside its window, and as the HLO cannot tell local kernels from global ones
+  (same shapes), flops.py weighs the layers, a local query meeting its computed blocks' keys."""
   length = config.max_seq_length
   if config.model.architecture != 'modern':
     return 1.0
@@ -275,7 +267,7 @@ def analyse(compiled, seconds: float, state, data, model_flops: float, sliced: S
       'roofline': roofline(counted, model_per_chip, sliced.chip),
       'collectives': collective_summary(collectives(text), state.params),
       # rng_impl=rbg's random words per chip (0 under threefry); the whole batch's on every
-      # chip unless libtpu partitions them (rng.py, rbg_sharding_warning).
+      # chip unless libtpu partitions them (train.rbg_sharding_warning).
       'rng_bit_generator_elements_per_chip': random_bit_elements(text),
   }
 
@@ -285,8 +277,7 @@ def _gib(n: float) -> str:
 
 
 def summary(record: dict) -> str:
-  """The record's gist for a person, printed before its JSON line: whether the step fits, its
-  memory per chip against the chip's HBM, what bounds the step and the MFU that allows."""
+  """The record's gist for a person, printed before its JSON line."""
   memory, chip = record['bytes_per_chip'], record['device_kind']
   where = (f"{record['step']} step on {record['topology']} ({record['chips']} chips, "
            f"{record['per_chip_batch']:g} sequences of {record['max_seq_length']} per chip)")
@@ -318,8 +309,8 @@ def slice_record(sliced: Slice) -> dict:
 
 def checked_without_data(config: ml_collections.ConfigDict,
                          num_devices: int) -> ml_collections.ConfigDict:
-  """`config` resolved, and checked as training would check it on `num_devices`, except that
-  its step reads no data files (the benchmark's, or one compiled for a slice)."""
+  """`config` resolved, and checked as training would on `num_devices` but reading no data files
+  (the benchmark's, or a step compiled for a slice)."""
   config = config_lib.resolve(config)
   checked = config.copy_and_resolve_references()
   checked.data.update(train_files='(synthetic)', sources='', prepared_dir='')  # reads no data

@@ -1,15 +1,10 @@
-"""Orbax checkpoints of the train state in `<workdir>/checkpoints/<step>/`.
+"""Orbax checkpoints of the train state in `<workdir>/checkpoints/<step>/` (a path or gs://).
 
-Saves are asynchronous (training goes on while the previous state is written) and committed
-atomically by Orbax: a run killed mid-save leaves the previous checkpoints intact, and the
-unfinished one is ignored on restore. The workdir may be a gs:// folder (a pod slice's, which
-every host writes parts of each checkpoint to): Orbax opens it itself, writing the arrays through
-TensorStore's GCS driver and its metadata through etils.epath.
-
-A checkpoint that cannot be read (a truncated or corrupted file: a full disk, a bad copy) stops
-the run with one error naming it; config.checkpoint_fallback moves it aside, keeping it, and
-resumes from the newest one that reads. Each checkpoint also records the run's objective and
-model config, so a checkpoint of another run is refused even where the shapes agree.
+Saves are asynchronous and committed atomically by Orbax: a run killed mid-save leaves the
+previous checkpoints intact. A checkpoint that cannot be read stops the run with one error naming
+it, or with config.checkpoint_fallback is moved aside (docs/reliability.md). Each checkpoint
+records the run's objective and model config, so another run's is refused even where the shapes
+agree.
 """
 
 import contextlib
@@ -23,8 +18,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from electra_jax.common import storage
-from electra_jax.common import config as config_lib
+from electra_jax.common import config as config_lib, storage
 from electra_jax.common.errors import UsageError
 
 DAMAGED = 'damaged_checkpoints'  # beside checkpoints/: where config.checkpoint_fallback moves them
@@ -66,9 +60,8 @@ def save(manager: ocp.CheckpointManager, step: int, state, run_identity: dict | 
 
 
 def check_written(manager: ocp.CheckpointManager, wait: bool = False):
-  """Raises one UsageError if a background write failed (a full disk), naming the checkpoint,
-  the cause, the free space and the last good checkpoint, once the partial write is removed.
-  Without `wait` it does not block: the loop asks after every step."""
+  """Raises `write_failed`'s UsageError if a background write failed (a full disk); without
+  `wait` it does not block: the loop asks after every step."""
   if not wait and manager.is_saving_in_progress():
     return
   with _write_failures(manager):
@@ -88,6 +81,8 @@ def _write_failures(manager: ocp.CheckpointManager):
 
 
 def write_failed(manager: ocp.CheckpointManager, error: Exception) -> UsageError:
+  """One error naming the checkpoint, the cause, the free space and the last good checkpoint,
+  once the partial write is removed."""
   directory = epath.Path(manager.directory)
   partial = sorted(directory.glob('*.orbax-checkpoint-tmp*'))
   for path in partial:
@@ -117,13 +112,10 @@ def last_good(manager: ocp.CheckpointManager) -> str:
 
 def restore_latest(manager: ocp.CheckpointManager, state, run_identity: dict | None = None,
                    fallback: bool = False, fix: str | None = None):
-  """The latest checkpoint restored onto `state`'s shapes and shardings, or None if there is none.
-
-  `state` may be concrete arrays or jax.ShapeDtypeStruct leaves with shardings (cheapest). A
-  latest checkpoint that cannot be read raises a UsageError that offers config.checkpoint_fallback;
-  with `fallback`, it is moved to <workdir>/damaged_checkpoints/ and the one before is tried.
-  `fix` replaces that offer in the error, for callers without the option (fine-tuning).
-  """
+  """The latest checkpoint restored onto `state`'s shapes and shardings (arrays, or cheapest,
+  ShapeDtypeStructs), or None if there is none. One that cannot be read raises a UsageError that
+  offers config.checkpoint_fallback (or `fix`, for callers without it); with `fallback`, it is
+  moved to <workdir>/damaged_checkpoints/ and the one before is tried."""
   while (step := manager.latest_step()) is not None:
     try:
       return restore(manager, step, state, run_identity)
@@ -143,18 +135,17 @@ def restore_latest(manager: ocp.CheckpointManager, state, run_identity: dict | N
 
 
 def restore(manager: ocp.CheckpointManager, step: int, state, run_identity: dict | None = None):
-  """Checkpoint `step` restored onto `state`'s shapes and shardings (see restore_latest).
-
-  Raises DamagedCheckpoint if its files cannot be read, and a UsageError if it belongs to another
-  objective or model (by `run_identity`, where the checkpoint recorded one, and by shapes).
-  """
+  """Checkpoint `step` restored onto `state`'s shapes and shardings; DamagedCheckpoint if its
+  files cannot be read, a UsageError if it belongs to another objective or model."""
   name = _check_fits(manager, step, state.params, run_identity)
-  target = jax.tree.map(
-      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
+  target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+                        state)
   try:
     return manager.restore(step, args=ocp.args.StandardRestore(target))
   except Exception as e:  # pylint: disable=broad-except
-    if _is_other_layout(e):  # readable, only laid out otherwise: not damage, nothing to set aside
+    # Orbax refuses a target whose tree differs from the saved one (empty optimizer-state nodes
+    # have no arrays, so the shape check cannot see them): readable, so not damage.
+    if isinstance(e, ValueError) and 'tree structures do not match' in str(e):
       raise UsageError(
           f'{name} holds a training state laid out otherwise than this run builds (Orbax: '
           f'"{_first_line(e)}"): a setting or an optax version that changes the optimizer '
@@ -166,11 +157,8 @@ def restore(manager: ocp.CheckpointManager, step: int, state, run_identity: dict
 
 def restore_params(manager: ocp.CheckpointManager, step: int, params,
                    run_identity: dict | None = None) -> dict:
-  """Only the parameters of checkpoint `step`, as host numpy arrays of `params`' shapes.
-
-  What export and fine-tuning need: no optimizer is built and its state is not read, and nothing
-  is placed on a device. Checked as `restore` checks a whole state.
-  """
+  """Only the parameters of checkpoint `step`, as host numpy arrays of `params`' shapes (no
+  optimizer state read, nothing placed on a device), checked as `restore` checks a state."""
   name = _check_fits(manager, step, params, run_identity)
   item = {'params': jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)}
   host_arrays = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)
@@ -187,7 +175,9 @@ def restore_params(manager: ocp.CheckpointManager, step: int, params,
 
 def _check_fits(manager: ocp.CheckpointManager, step: int, params,
                 run_identity: dict | None) -> str:
-  """The checkpoint's name, once its metadata reads and its parameters fit `params`."""
+  """The checkpoint's name, once its metadata reads and its parameters fit `params`. Checked
+  before restoring: a restore that fails half-way leaves Orbax's background I/O spilling
+  tracebacks at exit, and the errors here name the tensor or field."""
   name = f'checkpoint {manager.directory}/{step}'
   metadata = f'{manager.directory}/{step}/default/_METADATA'
   if not storage.exists(metadata):  # Orbax would warn twice, then fail reading None
@@ -200,19 +190,23 @@ def _check_fits(manager: ocp.CheckpointManager, step: int, params,
     raise DamagedCheckpoint(f'{name} cannot be read: {_reason(e)}') from None
   # The objective first (it explains every tensor that differs), then the shapes (they name the
   # tensor), then the model fields no shape shows (num_heads, dropout rates).
-  check_identity = run_identity and saved_identity
-  if check_identity:
-    _check_objective(name, saved_identity, run_identity)
-  _check_params_fit(name, saved_params, params)
-  if check_identity:
-    _check_model(name, saved_identity, run_identity)
+  saved = config_lib.upgrade(saved_identity) if run_identity and saved_identity else None
+  if saved is not None and saved.objective != run_identity['objective']:
+    raise UsageError(f'{name} was written by a run of objective {saved.objective!r}, not '
+                     f"{run_identity['objective']!r}; use a new --workdir or "
+                     f'--config.objective={saved.objective}')
+  if problems := shape_mismatches(saved_params, params, 'checkpoint', 'model'):
+    raise UsageError(f'{name} does not match the configured model: {problems}; use a new '
+                     '--workdir or the config that run was started with')
+  if saved is not None:  # fields added since the checkpoint: upgrade gave the value runs had
+    wanted = run_identity['model']
+    extendable = config_lib.EXTENDABLE if wanted['architecture'] == 'modern' else ()
+    changed = [f'{k}: checkpoint {saved.model[k]!r}, now {v!r}'
+               for k, v in wanted.items() if saved.model[k] != v and k not in extendable]
+    if changed:
+      raise UsageError(f"{name} was written by a different model ({', '.join(changed)}); use a "
+                       'new --workdir or the config that run was started with')
   return name
-
-
-def _is_other_layout(error: Exception) -> bool:
-  """Orbax's refusal of a target whose tree differs from the saved one (empty optimizer-state
-  nodes have no arrays, so the parameter-shape check before it cannot see them)."""
-  return isinstance(error, ValueError) and 'tree structures do not match' in str(error)
 
 
 def _first_line(error: Exception) -> str:
@@ -230,10 +224,8 @@ def _damaged_dir(manager: ocp.CheckpointManager) -> str:
 
 
 def _set_aside(manager: ocp.CheckpointManager, step: int) -> str:
-  """Moves checkpoint `step` into damaged_checkpoints/ (nothing is deleted); returns where.
-
-  Out of checkpoints/, Orbax no longer sees it, so the step can be saved again when retrained.
-  """
+  """Moves checkpoint `step` into damaged_checkpoints/, out of Orbax's sight (the step can be
+  saved again when retrained); returns where."""
   target = epath.Path(_damaged_dir(manager))
   target.mkdir(parents=True, exist_ok=True)
   moved, n = target / str(step), 1
@@ -243,24 +235,6 @@ def _set_aside(manager: ocp.CheckpointManager, step: int) -> str:
   (epath.Path(manager.directory) / str(step)).rename(moved)
   manager.reload()
   return str(moved)
-
-
-def _check_objective(name: str, saved: dict, wanted: dict):
-  saved = config_lib.upgrade(saved)
-  if saved.objective != wanted['objective']:
-    raise UsageError(f'{name} was written by a run of objective {saved.objective!r}, not '
-                     f"{wanted['objective']!r}; use a new --workdir or "
-                     f'--config.objective={saved.objective}')
-
-
-def _check_model(name: str, saved: dict, wanted: dict):
-  saved_model = config_lib.upgrade(saved).model  # fields added since: the value runs had then
-  extendable = config_lib.EXTENDABLE if wanted['model']['architecture'] == 'modern' else ()
-  changed = [f'{k}: checkpoint {saved_model[k]!r}, now {v!r}'
-             for k, v in wanted['model'].items() if saved_model[k] != v and k not in extendable]
-  if changed:
-    raise UsageError(f"{name} was written by a different model ({', '.join(changed)}); use a "
-                     'new --workdir or the config that run was started with')
 
 
 def shape_mismatches(have, want, have_name: str, want_name: str) -> str:
@@ -278,15 +252,3 @@ def shape_mismatches(have, want, have_name: str, want_name: str) -> str:
 def _shapes(tree) -> dict[str, tuple]:
   return {'/'.join(str(getattr(k, 'key', k)) for k in path): tuple(x.shape)
           for path, x in jax.tree_util.tree_leaves_with_path(tree)}
-
-
-def _check_params_fit(name: str, saved_params, params):
-  """Compares the checkpoint's parameter shapes (from its metadata) with the model's.
-
-  Done before restoring: a restore that fails half-way leaves Orbax's background I/O in a state
-  that spills tracebacks at exit, and the message here names the tensor.
-  """
-  problems = shape_mismatches(saved_params, params, 'checkpoint', 'model')
-  if problems:
-    raise UsageError(f'{name} does not match the configured model: {problems}; use a new '
-                     '--workdir or the config that run was started with')

@@ -1,8 +1,5 @@
-"""What a compiled step holds: its memory, XLA's cost analysis and its collectives.
-
-Read from the compiled executable and its partitioned HLO text, so the numbers are XLA's for
-the program that would run, not a model of it (training/aot.py compiles the programs).
-"""
+"""What a compiled step holds: its memory, XLA's cost analysis and its collectives, read from the
+compiled executable and its partitioned HLO text (training/aot.py compiles the programs)."""
 
 import math
 import re
@@ -18,8 +15,8 @@ def tree_bytes(tree) -> int:
 
 
 def memory(compiled, hbm_bytes: int) -> dict:
-  """XLA's memory analysis of one device's program, in bytes. Donated inputs alias outputs (the
-  new state is written over the old), so the total counts them once."""
+  """XLA's memory analysis of one device's program, in bytes; donated inputs alias outputs, so
+  the total counts them once."""
   m = compiled.memory_analysis()
   total = (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
            + m.temp_size_in_bytes + m.generated_code_size_in_bytes)
@@ -83,14 +80,9 @@ def random_bit_elements(hlo_text: str) -> int:
 
 
 def collective_summary(found: list[dict], params) -> dict:
-  """Counts and bytes per kind of collective, checked against data parallelism's one all-reduce.
-
-  Pure data parallelism all-reduces every gradient once per step: the all-reduced elements come
-  to the parameter count, plus a few scalars (the step's statistics). An all-gather whose result
-  has a parameter's shape would mean parameters (or optimizer state) sharded and re-gathered.
-  ELECTRA's is a little more (docs/performance.md, "Compiled for a TPU"): the shared embeddings'
-  gradients from the generator and the discriminator are all-reduced before they are added.
-  """
+  """Counts and bytes per kind of collective, checked against data parallelism's one all-reduce
+  of every gradient (docs/performance.md, "How to read the numbers"): an all-gather of a
+  parameter's shape would mean parameters or optimizer state sharded and re-gathered."""
   summary = {}
   for kind in COLLECTIVES:
     ops = [c for c in found if c['op'] == kind]
@@ -135,13 +127,10 @@ def attention_kernel_matmuls(name: str, results: list) -> int:
 def pallas_kernels(hlo_text: str) -> dict:
   """The Pallas attention kernels of a compiled program: their count, FLOPs and HBM bytes.
 
-  XLA does not see inside a custom call. Its cost analysis counts a kernel's operands and
-  results as bytes accessed, but FLOPs only where Pallas gave it an estimate (in the backend
-  config: flash attention's forward pass; none of splash attention's kernels). So the FLOPs are
-  counted here from the shapes: 2·(B·H)·Lq·Lk·D per matmul (`attention_kernel_matmuls`), with
-  Q the first float operand of rank 3 or more and K the second; the bytes are the operands'
-  and results' (each read or written once: true where one block spans the sequence, L <= 512).
-  `flops_not_in_xla` is what the roofline adds to XLA's count.
+  XLA counts a custom call's FLOPs only where Pallas gave it an estimate (flash attention's
+  forward pass; none of splash's), so they are counted from the shapes: 2·(B·H)·Lq·Lk·D per
+  matmul, Q the first float operand of rank 3 or more and K the second. The bytes assume each
+  operand and result is read or written once (true where one block spans the sequence, L <= 512).
   """
   shapes = {m['name']: m['shape'] for m in map(_DEFINITION.match, hlo_text.splitlines()) if m}
   found = {}

@@ -1,9 +1,7 @@
 """What one training step costs in FLOPs, and what a device can do per second.
 
-Model FLOPs are counted analytically from the config, so they are the same number for every
-implementation of the step, ours or a peer's: they measure the work the algorithm needs, not the
-work a given implementation happens to do (a peer that projects every position onto the
-vocabulary does more, and gets no credit for it).
+Model FLOPs are counted analytically from the config: the work the algorithm needs, the same
+number for every implementation, ours or a peer's (one that does more gets no credit for it).
 
 Counted: the matrix multiplications, at 2 FLOPs per multiply-add, of
 
@@ -15,16 +13,13 @@ Counted: the matrix multiplications, at 2 FLOPs per multiply-add, of
   vocabulary projection  2·P·E·V                  onto the tied word embeddings, same positions
   discriminator head     2·T·H² + 2·T·H           dense H -> H, then H -> 1 at every token
 
-for config.objective='electra'. BERT's masked LM ('mlm') is the discriminator over all T tokens
-with an mlm head 2·P·H·E (dense H -> E at the selected positions) and the vocabulary projection
-2·P·E·V, and no generator. 'electra_15' costs what 'electra' costs (only where the loss is counted
-differs). 'replace_mlm' is the generator as above plus the 'mlm' parts (a second vocabulary
-projection: the generator has its own), and 'all_tokens_mlm' the same with the mlm head and the
-second vocabulary projection at all T tokens (2·T·H·E, 2·T·E·V) and a copy head 2·T·H. 'electric'
-has two generator-sized towers (each as a network above, over all T tokens; their attention is
-one-directional but computed, and counted, as a full L x L product), a cloze head 2·T·(2·Hg)·E on
-their concatenation, the vocabulary projection at every token (2·T·E·V), and ELECTRA's
-discriminator and head.
+for config.objective='electra' (and 'electra_15'). 'mlm' is the discriminator with an mlm head
+2·P·H·E (dense H -> E at the selected positions) and the vocabulary projection 2·P·E·V.
+'replace_mlm' is the generator plus the 'mlm' parts; 'all_tokens_mlm' the same with the mlm head
+and the second vocabulary projection at all T tokens and a copy head 2·T·H. 'electric' has two
+generator-sized towers over all T tokens (their one-directional attention computed, and counted,
+as a full L x L product), a cloze head 2·T·(2·Hg)·E on their concatenation, the vocabulary
+projection at every token, and ELECTRA's discriminator and head.
 
 model.architecture='modern' changes only the encoder layers: a GeGLU feed-forward of
 2·T·3·W·F (W -> 2F, then F -> W), and attention on a local layer (all but every global_every-th)
@@ -32,11 +27,9 @@ over the window's min(L, 2·(window // 2) + 1) keys instead of all L. Its heads 
 before the vocabulary or the score) cost what the formulas above give with E = W.
 
 T = B·L tokens, P = B·N selected positions (N slots per sequence, all computed, used or not).
-Training costs 3x the forward pass: the backward pass computes a gradient for both operands of
-every product, at twice the forward cost. A frozen generator (config.generator_init) costs its
-forward pass alone: nothing is differentiated through it, so its parts (GENERATOR_PARTS) count
-once. Not counted: embedding lookups, LayerNorm, GELU, softmax, biases, the loss, sampling and
-the optimizer, all linear in the parameter or token count and small next to the matmuls.
+Training costs 3x the forward pass (a gradient for both operands of every product); a frozen
+generator its forward pass alone. Not counted: embedding lookups, LayerNorm, GELU, softmax,
+biases, the loss, sampling and the optimizer, all small next to the matmuls.
 """
 
 import ml_collections

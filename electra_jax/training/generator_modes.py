@@ -1,33 +1,20 @@
 """How the generator is made and trained (config.generator_kind), as the train step sees it.
 
-Each mode is a `Mode`: what the step differentiates and how the update lands, so the step calls
-the same five functions whatever the mode (functions of the step number, a traced value, so a
-run compiles once):
+Each mode is a `Mode` of five functions of the step number (a traced value, so a run compiles
+once), and the step calls them whatever the mode (docs/training.md describes each):
   joint      the paper's: one loss, one optimizer over both networks.
   unigram    no generator network (objective/unigram.py draws the replacements): as joint.
-  frozen     a pretrained masked LM (generator_init=DIR, read below): a constant of the step,
-             with no gradients and no optimizer state, bitwise what was loaded (Fast-ELECTRA).
-  two_stage  the paper's section 3.2 ablation: steps 0 .. n-1 train the generator alone; step n
-             first initialises the discriminator's embeddings and encoder with the generator's,
-             then steps n, n+1, ... train the discriminator alone.
+  frozen     a pretrained masked LM read from generator_init (Fast-ELECTRA): a constant of the
+             step, with no gradients and no optimizer state, bitwise what was loaded.
+  two_stage  steps 0 .. n-1 train the generator alone; step n initialises the discriminator's
+             embeddings and encoder with the generator's; steps n, ... train the discriminator.
 Two-stage needs no change to the losses: the MLM loss never reaches the discriminator's weights,
-and the RTD loss never the generator's (replacements are sampled under stop_gradient). The
-network not in training gets zero gradients, so its Adam moments stay zero until its stage
-begins, and its parameters are held bitwise (momentum and weight decay would still move them).
-The discriminator head has no counterpart in the generator and keeps its initialisation.
+nor the RTD loss the generator's. The network not in training gets zero gradients and its
+parameters are held bitwise (momentum and weight decay would still move them).
 
-A frozen generator: Fast-ELECTRA (Dong et al., 2023, https://arxiv.org/abs/2310.07347) takes an
-existing masked LM and keeps it frozen, sampling from softmax(logits / T) with T annealed
-downward (config.temperature_start). The run takes the generator's width, depth and vocabulary
-from DIR (`fitted`); the checkpoint holds the weights, so they are read only when a run starts
-(`load`), from one of:
-  - a workdir of one of our runs: objective 'mlm' (its embeddings, encoder and MLM head), or
-    'electra' / 'electra_15' (its generator, as networks.generator_view names it), at its latest
-    checkpoint;
-  - a Hugging Face ElectraForMaskedLM or BertForMaskedLM directory, read by hf/importing.py
-    (hf is the floor above: electra_jax.main passes that reader in).
-Before anything is written, DIR's vocabulary is checked to be the run's (by fingerprint) and its
-tensors to fit the run's generator; each mismatch is one UsageError naming the fix.
+A frozen generator's source is one of our runs (an MLM run's network, an ELECTRA run's
+generator) or a Hugging Face directory, read by hf/importing.py (a floor above: main passes the
+reader in). Its vocabulary and shapes are checked before anything is written.
 """
 
 import os
@@ -200,13 +187,11 @@ def source_shape(directory: str) -> Shape:
 def source_vocab(directory: str) -> str:
   """The vocabulary file the generator in `directory` was trained with."""
   if is_hugging_face(directory):
-    found = [os.path.join(directory, n) for n in VOCAB_FILES
-             if os.path.isfile(os.path.join(directory, n))]
-    if not found:
+    if not (found := inputs.vocab_in(directory)):
       raise UsageError(f"config.generator_init='{directory}' holds no vocabulary "
                        f"({' or '.join(VOCAB_FILES)}); put the one the generator was trained "
                        'with beside its weights (export writes it there)')
-    return found[0]
+    return found
   path = inputs.run_vocab_path(directory)
   if not storage.exists(path):
     raise UsageError(f"config.generator_init='{directory}' holds no vocabulary "
@@ -249,12 +234,9 @@ def _run_vocab_file(config: ml_collections.ConfigDict, workdir: str) -> str:
   existing = inputs.run_vocab_path(workdir)
   if storage.exists(existing):
     return inputs.local_copy(existing, inputs.local_dir(config, workdir))
-  if config.data.vocab_model:
+  if config.data.vocab_model or not config.data.prepared_dir:
     return config.data.vocab_model
-  for name in VOCAB_FILES:
-    if config.data.prepared_dir and os.path.exists(os.path.join(config.data.prepared_dir, name)):
-      return os.path.join(config.data.prepared_dir, name)
-  return ''
+  return inputs.vocab_in(config.data.prepared_dir)
 
 
 def check_vocab(config: ml_collections.ConfigDict, workdir: str):
@@ -287,10 +269,9 @@ def read_run(directory: str) -> Source:
     params = checkpoint.restore_params(manager, step, manager.item_metadata(step)['params'])
   finally:
     manager.close()
-  if saved.objective == 'mlm':
-    renamed = RENAMED['mlm']
-  else:
-    params, renamed = networks.generator_view(params), RENAMED['electra']
+  if saved.objective != 'mlm':
+    params = networks.generator_view(params)
+  renamed = RENAMED['mlm' if saved.objective == 'mlm' else 'electra']
   return Source({new: params[old] for old, new in renamed.items()}, source_shape(directory),
                 f"the {saved.objective} run in '{directory}' (step {step})")
 
@@ -301,17 +282,10 @@ def _fix(have: Shape, m: ml_collections.ConfigDict) -> str:
     return ("electra_jax's generator has max(1, width // 64) heads and a 4 x width FFN, so no "
             f'setting holds {have.heads} heads and a {have.ffn}-wide FFN at width {have.width}; '
             'start from a network shaped that way')
-  want = generator_shape(m)
-  flags = []
-  if have.width != want.width:
-    flags.append(f'--config.model.generator_hidden_size={have.width}')
-  if have.layers != want.layers:  # a count above 1, else a fraction of num_layers
-    flags.append('--config.model.generator_layers='
-                 f'{have.layers if have.layers > 1 else have.layers / m.num_layers}')
-  for field in ('embedding_size', 'vocab_size', 'max_position_embeddings', 'type_vocab_size'):
-    if getattr(have, field) != getattr(want, field):
-      flags.append(f'--config.model.{field}={getattr(have, field)}')
-  return 'set ' + ' '.join(flags)
+  want = generator_shape(m)  # `fitted` gave it the source's width, depth and vocabulary size
+  fields = ('embedding_size', 'max_position_embeddings', 'type_vocab_size')
+  return 'set ' + ' '.join(f'--config.model.{field}={getattr(have, field)}' for field in fields
+                           if getattr(have, field) != getattr(want, field))
 
 
 def check_fits(source: Source, target: dict):

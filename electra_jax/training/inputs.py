@@ -1,23 +1,18 @@
 """A training run's inputs: its vocabulary, its examples, and its batches on the mesh.
 
-The vocabulary lives in the workdir (vocab.model, vocab.txt or tokenizer.json); a workdir at a
-URI (gs://) holds it too, and each host loads a local copy, because sentencepiece reads local
-files only.
-
-The example ids of step s are a pure function of (examples, batch size, seed, s), so a resumed run
-sees the batches an uninterrupted one would: the checkpointed step is the iterator position.
-Process p of P reads rows [p * B/P, (p + 1) * B/P) of each global batch, so the global batches do
-not depend on the number of hosts; the global batch is assembled on the mesh with
-jax.make_array_from_process_local_data. `examples` is a store.ExampleStore (len, gather; weighted
-sources make a mixture) or a dict of 'input_ids' and 'segment_ids'.
+The vocabulary lives in the workdir; each host of a workdir at a URI (gs://) loads a local copy,
+because sentencepiece reads local files only. The example ids of step s are a pure function of
+(examples, batch size, seed, s), and process p of P reads rows [p * B/P, (p + 1) * B/P) of each
+global batch (docs/data.md, "How the reader works"). `examples` is a store.ExampleStore (len,
+gather; weighted sources make a mixture) or a dict of 'input_ids' and 'segment_ids'.
 """
 
+import collections
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent import futures
 import functools
 import hashlib
 import os
-import queue
-import threading
 
 import jax
 import ml_collections
@@ -29,13 +24,11 @@ from electra_jax.data import preparation, sources as sources_lib, store
 from electra_jax.data import vocab as vocab_lib
 
 
-def _prepared_vocab(prepared_dir: str) -> str:
-  for name in vocab_lib.VOCAB_NAMES:
-    if os.path.exists(os.path.join(prepared_dir, name)):
-      return os.path.join(prepared_dir, name)
-  raise UsageError(f"data.prepared_dir '{prepared_dir}' holds no vocab.model, vocab.txt or "
-                   'tokenizer.json; pass the vocabulary it was prepared with as '
-                   '--config.data.vocab_model')
+def vocab_in(directory: str) -> str:
+  """The vocabulary file (vocab_lib.VOCAB_NAMES) in the local `directory`, '' if none."""
+  found = [os.path.join(directory, name) for name in vocab_lib.VOCAB_NAMES
+           if os.path.isfile(os.path.join(directory, name))]
+  return found[0] if found else ''
 
 
 def local_dir(config: ml_collections.ConfigDict, workdir: str) -> str:
@@ -80,7 +73,11 @@ def setup_vocab(config: ml_collections.ConfigDict, workdir: str) -> vocab_lib.An
   given = vocab_lib.vocab_file(config.data.vocab_model)
   if config.data.prepared_dir:
     store.check_local(config.data.prepared_dir, 'data.prepared_dir')
-    given = given or _prepared_vocab(config.data.prepared_dir)
+    given = given or vocab_in(config.data.prepared_dir)
+    if not given:
+      raise UsageError(f"data.prepared_dir '{config.data.prepared_dir}' holds no vocab.model, "
+                       'vocab.txt or tokenizer.json; pass the vocabulary it was prepared with as '
+                       '--config.data.vocab_model')
   if storage.is_uri(given):
     raise UsageError(f"data.vocab_model='{given}' is not a local path; copy it to local disk "
                      '(gcloud storage cp) and name that file')
@@ -122,8 +119,8 @@ def setup_vocab(config: ml_collections.ConfigDict, workdir: str) -> vocab_lib.An
 
 def run_vocab_path(workdir: str, given: str = '') -> str:
   """Where the run's vocabulary is or goes: the existing file, else named after `given`'s kind."""
-  paths = [os.path.join(workdir, name) for name in vocab_lib.VOCAB_NAMES]
-  existing = [p for p in paths if storage.exists(p)]
+  existing = [os.path.join(workdir, name) for name in vocab_lib.VOCAB_NAMES
+              if storage.exists(os.path.join(workdir, name))]
   if existing:
     return existing[0]
   return os.path.join(workdir, vocab_lib.vocab_name(vocab_lib.vocab_file(given)))
@@ -168,8 +165,7 @@ def _check_arguments(num_examples: int, global_batch_size: int, seed: int, step:
     raise ValueError(f'step must be non-negative, got {step}')
 
 
-def batch_indices(num_examples: int, global_batch_size: int, seed: int,
-                  step: int) -> np.ndarray:
+def batch_indices(num_examples: int, global_batch_size: int, seed: int, step: int) -> np.ndarray:
   """Example indices (int64 [B]) of global batch `step`: positions [step * B, (step + 1) * B)
   of the stream epoch 0, epoch 1, ..., epoch e a permutation drawn from default_rng([seed, e])."""
   _check_arguments(num_examples, global_batch_size, seed, step)
@@ -178,10 +174,8 @@ def batch_indices(num_examples: int, global_batch_size: int, seed: int,
 
 
 def mixture_counts(weights: Sequence[float], global_batch_size: int) -> list[int]:
-  """Examples of each source in every batch: B * weight, rounded by largest remainder.
-
-  A fixed count puts every source's stream at s * count at step s: any step is computed directly.
-  """
+  """Examples of each source in every batch: B * weight, rounded by largest remainder. A fixed
+  count puts every source's stream at s * count at step s: any step is computed directly."""
   shares = np.asarray(weights, np.float64) / np.sum(weights) * global_batch_size
   counts = np.floor(shares).astype(np.int64)
   remainder_order = np.argsort(-(shares - counts), kind='stable')
@@ -196,11 +190,8 @@ def mixture_counts(weights: Sequence[float], global_batch_size: int) -> list[int
 
 def mixture_batch_indices(source_sizes: Sequence[int], weights: Sequence[float],
                           global_batch_size: int, seed: int, step: int) -> np.ndarray:
-  """Example ids (int64 [B]) of global batch `step` of a weighted mixture of sources.
-
-  Each source has its own epoch stream; the batch's rows are shuffled with (seed, step), so
-  every process's share mixes sources.
-  """
+  """Example ids (int64 [B]) of global batch `step` of a weighted mixture of sources: each has
+  its own epoch stream, and rows are shuffled with (seed, step) so every process's share mixes."""
   _check_arguments(min(source_sizes), global_batch_size, seed, step)
   counts = mixture_counts(weights, global_batch_size)
   offsets = np.cumsum([0, *source_sizes[:-1]])
@@ -230,7 +221,6 @@ def global_batch_indices(examples, global_batch_size: int, seed: int, step: int)
 
 
 def _process_rows(global_batch_size: int, process_index: int, process_count: int) -> slice:
-  """The rows of a global batch that belong to this process: a contiguous share."""
   if global_batch_size % process_count:
     raise UsageError(f'batch_size={global_batch_size} is not divisible by the {process_count} '
                      f'processes; set --config.batch_size to a multiple of {process_count}')
@@ -242,7 +232,6 @@ def _process_rows(global_batch_size: int, process_index: int, process_count: int
 
 def local_batch_indices(examples, global_batch_size: int, seed: int, step: int,
                         process_index: int = 0, process_count: int = 1) -> np.ndarray:
-  """The example ids this process reads for global batch `step`."""
   rows = _process_rows(global_batch_size, process_index, process_count)
   return global_batch_indices(examples, global_batch_size, seed, step)[rows]
 
@@ -257,10 +246,8 @@ def local_batch(examples, global_batch_size: int, seed: int, step: int,
 def eval_batches(examples, global_batch_size: int, num_batches: int,
                  process_index: int = 0,
                  process_count: int = 1) -> Iterator[dict[str, np.ndarray]]:
-  """This process's rows of an unshuffled pass over the first num_batches * B examples.
-
-  It wraps around a smaller set, so every batch is full and one compiled step serves them all.
-  """
+  """This process's rows of an unshuffled pass over the first num_batches * B examples, wrapping
+  around a smaller set: every batch is full, and one compiled step serves them all."""
   rows = _process_rows(global_batch_size, process_index, process_count)
   num_examples = _num_examples(examples)
   if num_examples == 0:
@@ -272,14 +259,10 @@ def eval_batches(examples, global_batch_size: int, num_batches: int,
 
 def load_examples(config: ml_collections.ConfigDict, workdir: str, vocab: vocab_lib.Vocab,
                   split: str) -> store.ExampleStore | None:
-  """The examples of `split` ('train' or 'eval'), or None when the config names none.
-
-  Sources named in the config are prepared once into <local_dir>/<split> (data.local_dir, by
-  default <workdir>/data; again when they, the vocabulary, max_seq_length or seed change);
-  otherwise the split comes from data.prepared_dir (`python -m electra_jax.prepare`), whose
-  vocabulary sha256 and max_seq_length must match the run's. With several processes, train.py
-  lets process 0 prepare first; the others take its split though their files' mtimes differ.
-  """
+  """The examples of `split` ('train' or 'eval'), or None when the config names none: sources
+  prepared once into <local_dir>/<split> (again when they, the vocabulary, max_seq_length or seed
+  change), or data.prepared_dir's split, whose vocabulary and max_seq_length must be the run's.
+  Process 0 prepares first (train.py); the others take its split though their mtimes differ."""
   specs = sources_lib.from_config(config.data, split)
   if specs is None:
     prepared = config.data.prepared_dir
@@ -300,49 +283,30 @@ def to_global_array(local_batch: dict[str, np.ndarray], sharding) -> dict[str, j
   return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local_batch.items()}
 
 
-def _global_batch(examples, config: ml_collections.ConfigDict, step: int, sharding):
+def _global_batch(examples, config: ml_collections.ConfigDict, sharding, step: int):
   return to_global_array(local_batch(examples, config.batch_size, config.seed, step,
-                                              jax.process_index(), jax.process_count()), sharding)
+                                     jax.process_index(), jax.process_count()), sharding)
 
 
 def train_batches(examples, config: ml_collections.ConfigDict, first_step: int,
                   sharding) -> Iterator[dict[str, jax.Array]]:
   """The global batches of steps first_step, first_step + 1, ... < num_train_steps, in order.
 
-  A background thread gathers and transfers up to data.prefetch_batches batches ahead, so the
-  step never waits for input; closing the iterator (or its collection) stops the thread.
-  """
+  A background thread gathers and transfers data.prefetch_batches batches ahead; closing the
+  iterator stops it, and a batch's error is raised where the step takes that batch."""
+  batch = functools.partial(_global_batch, examples, config, sharding)
   steps = range(first_step, config.num_train_steps)
   if (depth := config.data.prefetch_batches) <= 0:
-    yield from (_global_batch(examples, config, step, sharding) for step in steps)
+    yield from map(batch, steps)
     return
-  ready, stop = queue.Queue(maxsize=depth), threading.Event()
-
-  def put(item) -> bool:
-    while not stop.is_set():
-      try:
-        ready.put(item, timeout=0.1)
-        return True
-      except queue.Full:
-        pass
-    return False
-
-  def produce():
-    try:
-      for step in steps:
-        if not put(_global_batch(examples, config, step, sharding)):
-          return
-    except BaseException as e:  # pylint: disable=broad-except  (re-raised in the consumer)
-      put(e)
-
-  thread = threading.Thread(target=produce, name='electra_jax-prefetch', daemon=True)
-  thread.start()
+  pool = futures.ThreadPoolExecutor(1, thread_name_prefix='electra_jax-prefetch')
+  ahead = collections.deque()
   try:
-    for _ in steps:
-      item = ready.get()
-      if isinstance(item, BaseException):
-        raise item
-      yield item
+    for step in steps:
+      ahead.append(pool.submit(batch, step))
+      if len(ahead) > depth:
+        yield ahead.popleft().result()
+    while ahead:
+      yield ahead.popleft().result()
   finally:
-    stop.set()
-    thread.join()
+    pool.shutdown(cancel_futures=True)

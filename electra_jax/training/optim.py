@@ -5,16 +5,9 @@ the original's AdamWeightDecayOptimizer) -> decoupled weight decay (0.01, not on
 biases; optionally another rate on the embeddings) -> learning rate: linear warmup MULTIPLIED by
 a linear decay to zero that starts at step 0 (so the peak is lr * (1 - warmup/total), not lr).
 
-A step that is not finite (a NaN or Inf in the loss, the gradients or the new parameters):
-inside the compiled step, `guarded_update` never applies its update: the parameters and
-the optimizer state stay bitwise what they were. The step reports a 0/1 flag; the loop folds it
-into a `Watch` on the device (`watch`, no host round-trip per step) and reads that only at log and
-save steps (`read`), where `check` applies config.on_nonfinite:
-
-  'stop'  one error that names the first non-finite step and the last good checkpoint. Every
-          save is preceded by a check, so nothing after a non-finite step is ever saved.
-  'skip'  training goes on with the next batch; the skipped steps are logged, and the run stops
-          once config.max_consecutive_skips steps in a row were skipped.
+A step with a NaN or Inf in its loss, gradients or new parameters is never applied
+(`guarded_update`); its 0/1 flag is folded into a `Watch` on the device and read at log and save
+steps only, where `check` applies config.on_nonfinite (docs/reliability.md).
 
 Why not optax.apply_if_finite: it checks only the gradients (an infinite learning rate gets
 past it); its counters in the optimizer state change on a skipped step, and checkpoints written
@@ -60,7 +53,6 @@ def is_embedding_weight(path) -> bool:
 def weight_decay(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
   """Decoupled weight decay, update + rate * param on decay_mask's parameters: the rate is
   config.weight_decay, or config.embedding_weight_decay on the embedding weights when that is set.
-
   One masked transform whatever the rates, so the optimizer state keeps one structure: a run
   resumes with the embedding rate set, changed or unset, and runs saved before it existed resume.
   """
@@ -103,17 +95,13 @@ def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransform
   """The pretraining optimizer from the run config's optimizer fields."""
   schedule = learning_rate_schedule(config.learning_rate, config.warmup_steps,
                                     config.num_train_steps)
-  return optax.chain(
-      optax.clip_by_global_norm(config.max_grad_norm),
-      adam(config),
-      weight_decay(config),
-      optax.scale_by_learning_rate(schedule),
-  )
+  return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), adam(config),
+                     weight_decay(config), optax.scale_by_learning_rate(schedule))
 
 
 def applied_updates(opt_state) -> int:
   """The updates the optimizer has applied: the step its learning-rate schedule is at, behind the
-  step number by the steps skipped as not finite (guarded_update below)."""
+  step number by the steps skipped as not finite."""
   is_schedule = lambda x: isinstance(x, optax.ScaleByScheduleState)
   counts = [s.count for s in jax.tree.leaves(opt_state, is_leaf=is_schedule) if is_schedule(s)]
   return int(jax.device_get(counts[0]))
@@ -123,11 +111,9 @@ def all_finite(*trees) -> jax.Array:
   """True (a device scalar) when no floating-point leaf of `trees` holds a NaN or an Inf."""
   leaves = [x for x in jax.tree.leaves(trees) if jnp.issubdtype(x.dtype, jnp.inexact)]
   flags = jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves])
-  # The smallest flag, found by a sort rather than jnp.all: XLA rewrites all() of stacked
-  # scalars into a chain of ands and then copies that chain into every select reading the
-  # result, one per parameter and optimizer leaf. In the tiny train step that made the program
-  # four times larger than it is now and its CPU compile twice as long (23 s against 12 s);
-  # base's TPU compile for v4-8 took 355 s against 308 s. XLA does not copy a sort into its users.
+  # The smallest flag, by a sort: XLA rewrites jnp.all of stacked scalars into a chain of ands and
+  # copies it into every select reading the result, one per leaf (tiny's program 4x larger, its
+  # CPU compile 23 s against 12 s; base's v4-8 compile 355 s against 308 s). A sort is not copied.
   return jnp.sort(flags)[0]
 
 
@@ -143,8 +129,8 @@ def guarded_update(optimizer: optax.GradientTransformation, grads, loss, params,
 
 
 def without_stats_of_skipped(stats: dict, finite) -> dict:
-  """A step's statistics, zeroed when its update was skipped (so they drop out of the logged
-  averages, which the loop divides by the applied steps), plus 'nonfinite' (0 or 1)."""
+  """A step's statistics, zeroed when its update was skipped (the logged averages are over the
+  applied steps), plus 'nonfinite' (0 or 1)."""
   zeroed = jax.tree.map(lambda x: jnp.where(finite, x, jnp.zeros_like(x)), stats)
   return {**zeroed, 'nonfinite': jnp.logical_not(finite).astype(jnp.int32)}
 
@@ -159,7 +145,7 @@ class Watch(NamedTuple):
 
 
 def start(streak: int = 0) -> Watch:
-  """A watch that has seen nothing yet, but `streak` non-finite steps just before."""
+  """A watch that has seen nothing, after `streak` non-finite steps."""
   zero = np.zeros([], np.int32)
   return Watch(zero, np.int32(streak), zero, zero)
 

@@ -1,9 +1,7 @@
 """Where metrics go: one human line to the log, one JSON object to metrics.jsonl, TensorBoard.
 
-Only process 0 writes; other processes get a writer that does nothing. In a workdir at a URI
-(gs://), which cannot be appended to, metrics.jsonl is rewritten whole at each write, and
-tensorboardX writes the events through its own gs:// writer (google-cloud-storage), which also
-uploads the whole file at each flush.
+Only process 0 writes. In a workdir at a URI (gs://), which cannot be appended to, metrics.jsonl
+is rewritten whole at each write, and tensorboardX uploads its whole events file at each flush.
 """
 
 import io
@@ -45,11 +43,8 @@ def human_line(step: int, total_steps: int, metrics: dict, eta_seconds: float) -
 
 
 def trim_metrics_file(workdir: str, last_step: int):
-  """Drops lines logged after `last_step` (steps a resumed run is about to redo).
-
-  Every write ends its line with a newline, so a last line without one is what a kill cut short:
-  it is dropped too (its step is redone).
-  """
+  """Drops lines logged after `last_step` (steps a resumed run is about to redo), and a last
+  line without its newline: a kill cut it short, and its step is redone."""
   path = os.path.join(workdir, 'metrics.jsonl')
   if not storage.exists(path):
     return
@@ -114,19 +109,10 @@ def finished(workdir: str, step: int, total: int, already: bool) -> str:
           f'  python -m electra_jax.export --workdir={run} --out={run}/hf')
 
 
-# ---- a run that stopped learning ---------------------------------------------------------------
-# Evaluations that show a run has stopped learning, as a warning with the cause and the fix.
-#
-# ELECTRA's discriminator can give up. When the generator's samples are too plausible for it, it
-# gives every token the same probability of being replaced. Its loss then sits at the entropy of
-# the replaced share and its AUC at chance, and later steps teach it nothing. The loss curve
-# still looks fine (it falls from ~0.69 to ~0.38 within a few hundred steps), so the failure
-# shows only in fine-tuning, hours later. Measured (research/transfer_study/LOG.md):
-# - tiny's generator (width 32, temperature 1): held-out AUC 0.51-0.54 for 6,750 steps;
-# - a 4 x 256 discriminator with a generator a quarter of its width at temperature 1: 0.49-0.51
-#   through 3,800 steps, and an encoder that fine-tuning could not move (SST-2 and MRPC at the
-#   majority class on every seed).
-# A weaker generator (narrower, or sampled hotter) kept both learning.
+# ---- a run that stopped learning: a discriminator at chance (docs/training.md) -----------------
+# Its loss curve still looks fine, so without a warning the failure shows only in fine-tuning.
+# Measured (research/transfer_study/LOG.md): tiny's generator (width 32, temperature 1) held the
+# held-out AUC at 0.51-0.54 for 6,750 steps.
 
 # Held-out AUC under 0.5 + this is "at chance": a random scorer's AUC on 2,000 tokens has a
 # standard deviation of ~0.02; runs that went on to learn were at 0.71-0.77 by step 500-1,000.
@@ -141,12 +127,8 @@ def base_rate_entropy(share: float) -> float:
 
 
 def discriminator_at_chance(metrics: dict, step: int, config) -> str | None:
-  """A warning when the evaluation at `step` shows a discriminator at chance, else None.
-
-  Checked from step max(config.stall_check_after, config.warmup_steps) on, so that a run still
-  warming up is not warned about; config.stall_check_after = 0 turns it off. Runs without a
-  discriminator (objective=mlm) report no AUC and are never warned about.
-  """
+  """A warning when the evaluation at `step` shows a discriminator at chance, else None: from
+  step max(config.stall_check_after, config.warmup_steps) on, where the run reports an AUC."""
   after = config.stall_check_after
   if 'disc_auc' not in metrics or after <= 0 or step < max(after, config.warmup_steps):
     return None

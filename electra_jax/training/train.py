@@ -1,11 +1,8 @@
 """Pretraining, one linear story: mesh -> data -> state -> step -> log/eval -> checkpoint.
 
-What is trained (ELECTRA's generator + discriminator, or BERT's masked LM) is
-`config.objective`'s business (electra_jax/objective): the step only calls its functions.
-
-Data parallelism is expressed with shardings, not with pmap: the batch is sharded over the mesh's
-`data` axis, parameters and optimizer state are replicated, and XLA inserts the gradient
-all-reduce. The same code runs on one CPU, N simulated CPU devices, a GPU or a TPU slice.
+What is trained is `config.objective`'s business (electra_jax/objective). Data parallelism is
+expressed with shardings, not pmap: the batch is sharded over the mesh's `data` axis, parameters
+and optimizer state are replicated, and XLA inserts the gradient all-reduce.
 """
 
 import contextlib
@@ -24,15 +21,12 @@ import ml_collections
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from electra_jax.training import checkpoint, inputs
-from electra_jax.common import config as config_lib
 from electra_jax import objective
-from electra_jax.training import optim
-from electra_jax.common import interrupts, run_lock, storage
-from electra_jax.training import compile_cache, generator_modes, report
+from electra_jax.common import config as config_lib, interrupts, run_lock, storage
 from electra_jax.data import vocab as vocab_lib
 from electra_jax.model import networks
 from electra_jax.model.networks import count_params, init_params
+from electra_jax.training import checkpoint, compile_cache, generator_modes, inputs, optim, report
 
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 
@@ -48,13 +42,8 @@ _RBG_PARTITION_SETTING = re.compile(r'--xla_tpu_spmd_rng_bit_generator_unsafe(?:
 
 
 def rbg_sharding_warning(config, platform: str, num_devices: int, libtpu_args: str) -> str | None:
-  """What a run of rng_impl=rbg or unsafe_rbg on several TPU chips should be told, or None.
-
-  XLA:TPU does not partition RngBitGenerator by default: every chip makes the bits of the whole
-  global batch and keeps its share (small on a v4-8: 4 times the words, 1.53 GB of temporaries
-  per chip against threefry's 0.78; docs/performance.md). Under RBG_PARTITION_FLAG, a draw that
-  remat recomputes in the backward pass may be sharded otherwise, and so hold other bits.
-  """
+  """What a run of rng_impl=rbg or unsafe_rbg on several TPU chips should be told, or None
+  (docs/performance.md measures both warnings' causes)."""
   impl = config.rng_impl
   if impl == 'threefry2x32' or platform != 'tpu' or num_devices == 1:
     return None
@@ -100,11 +89,8 @@ class TrainState(flax.struct.PyTreeNode):
 
 
 def make_mesh(devices=None) -> Mesh:
-  """A 1-D mesh over all devices (or `devices`) with a `data` axis.
-
-  Auto axes: XLA propagates shardings from the inputs, so the model and the objective carry no
-  sharding annotations and need none (newer JAX defaults make_mesh to explicit axes).
-  """
+  """A 1-D mesh over all devices (or `devices`) with a `data` axis. Auto axes (newer JAX defaults
+  to explicit ones): XLA propagates shardings from the inputs, so the model needs no annotations."""
   devices = jax.devices() if devices is None else devices
   return jax.make_mesh((len(devices),), ('data',), axis_types=(jax.sharding.AxisType.Auto,),
                        devices=devices)
@@ -117,8 +103,7 @@ def make_model(config: ml_collections.ConfigDict):
   extra = {} if sharing == 'shared' else {'embedding_sharing': sharing}
   model = dataclasses.replace(networks.ModelConfig.of(config.model),
                               document_attention=config.data.document_attention)
-  return objective.get(config).model(model,
-                                     dtype=DTYPES[config.dtype], remat=config.remat,
+  return objective.get(config).model(model, dtype=DTYPES[config.dtype], remat=config.remat,
                                      attention=config.attention, **extra)
 
 
@@ -166,54 +151,44 @@ def step_inputs(state: TrainState, batch, rng, config, special):
   return prepared, dropout_rng, generator_modes.mode(config).start(state.params, state.step)
 
 
-def split_micro_batches(batch, prepared, steps: int):
-  """(batch, prepared) as `steps` micro-batches: i holds rows i, i + k, i + 2k, ..., a strided
-  split that keeps every micro-batch spread over all devices. The counts and the temperature
-  stay whole-batch values (`with_whole_batch` puts them back): every share's denominators."""
+def micro_batch_sum(fn, batch, prepared, dropout_rng, steps: int):
+  """fn(batch, prepared, dropout_rng), or for `steps` > 1 its sum over micro-batches: i holds
+  rows i, i + k, i + 2k, ... (a strided split keeps every micro-batch spread over all devices)
+  and dropout key fold_in(dropout_rng, i). The counts and the temperature stay whole-batch
+  values: every share's denominators."""
+  if steps == 1:
+    return fn(batch, prepared, dropout_rng)
   split = lambda x: jnp.swapaxes(x.reshape((-1, steps) + x.shape[1:]), 0, 1)
   per_example = prepared._replace(mlm_count=None, token_count=None, temperature=None)
-  return jax.tree.map(split, (batch, per_example))
+  micro_batches = jax.tree.map(split, (batch, per_example))
 
+  def micro_step(index, micro_batch, micro_prepared):
+    whole = micro_prepared._replace(mlm_count=prepared.mlm_count,
+                                    token_count=prepared.token_count,
+                                    temperature=prepared.temperature)
+    return fn(micro_batch, whole, jax.random.fold_in(dropout_rng, index))
 
-def with_whole_batch(micro_prepared, prepared):
-  return micro_prepared._replace(mlm_count=prepared.mlm_count, token_count=prepared.token_count,
-                                 temperature=prepared.temperature)
+  def accumulate(total, inputs):
+    return jax.tree.map(jnp.add, total, micro_step(*inputs)), None
+
+  shapes = jax.eval_shape(micro_step, 0, *jax.tree.map(lambda x: x[0], micro_batches))
+  zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
+  return jax.lax.scan(accumulate, zeros, (jnp.arange(steps), *micro_batches))[0]
 
 
 def train_step(state: TrainState, batch, rng, *, model, optimizer, config, special):
   """One update of every parameter by the objective's loss; returns the new state and step stats.
-
-  An update that is not finite is not applied (optim.py): the state keeps its parameters and
-  optimizer state, only its step advances, and stats['nonfinite'] is 1.
-
-  With config.grad_accum_steps = k > 1 the batch is processed as k micro-batches whose gradients
-  are summed; masks and samples are drawn as for the whole batch (see objective.partial_loss), so
-  the update equals the whole batch's, except that each micro-batch draws its own dropout masks.
-  """
+  An update that is not finite is not applied (optim.py): only the step advances, and
+  stats['nonfinite'] is 1. With grad_accum_steps > 1, masks and samples are drawn for the whole
+  batch (objective.partial_loss), so the update is the whole batch's but for dropout masks."""
   mode = generator_modes.mode(config)
   prepared, dropout_rng, params = step_inputs(state, batch, rng, config, special)
   trained = mode.trained(params)
   loss_fn = lambda trained_params, *args: objective.partial_loss(
       model.apply, mode.merged(trained_params, params), *args, config=config, special=special)
-  loss_and_grads = jax.value_and_grad(loss_fn, has_aux=True)
-  steps = config.grad_accum_steps
-  if steps == 1:
-    (_, stats), grads = loss_and_grads(trained, batch, prepared, dropout_rng)
-  else:
-    micro_batches = split_micro_batches(batch, prepared, steps)
-
-    def micro_step(index, micro_batch, micro_prepared):
-      (_, micro_stats), micro_grads = loss_and_grads(
-          trained, micro_batch, with_whole_batch(micro_prepared, prepared),
-          jax.random.fold_in(dropout_rng, index))
-      return micro_grads, micro_stats
-
-    def accumulate(total, inputs):
-      return jax.tree.map(jnp.add, total, micro_step(*inputs)), None
-
-    shapes = jax.eval_shape(micro_step, 0, *jax.tree.map(lambda x: x[0], micro_batches))
-    zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
-    (grads, stats), _ = jax.lax.scan(accumulate, zeros, (jnp.arange(steps), *micro_batches))
+  grads_and_stats = functools.partial(jax.grad(loss_fn, has_aux=True), trained)
+  grads, stats = micro_batch_sum(grads_and_stats, batch, prepared, dropout_rng,
+                                 config.grad_accum_steps)
   new_trained, opt_state, finite = optim.guarded_update(
       optimizer, mode.gradients(grads, state.step), stats['loss'], trained, state.opt_state)
   new_params = mode.updated(new_trained, params, state.step)
@@ -234,20 +209,9 @@ def forward_stats(state: TrainState, batch, rng, *, model, config, special):
   the very scores it computes (its masks, samples, temperature and dropout, micro-batch by
   micro-batch), by the step's forward pass alone."""
   prepared, dropout_rng, params = step_inputs(state, batch, rng, config, special)
-  stats_of = lambda micro_batch, micro_prepared, micro_rng: objective.partial_loss(
-      model.apply, params, micro_batch, micro_prepared, micro_rng, config=config,
-      special=special, auc=True)[1]
-  steps = config.grad_accum_steps
-  if steps == 1:
-    return stats_of(batch, prepared, dropout_rng)
-  def micro_stats(inputs):  # train_step's micro-batches and their dropout keys
-    index, micro_batch, micro_prepared = inputs
-    return stats_of(micro_batch, with_whole_batch(micro_prepared, prepared),
-                    jax.random.fold_in(dropout_rng, index))
-
-  per_micro_batch = jax.lax.map(
-      micro_stats, (jnp.arange(steps), *split_micro_batches(batch, prepared, steps)))
-  return jax.tree.map(lambda x: jnp.sum(x, axis=0), per_micro_batch)
+  stats_of = lambda *args: objective.partial_loss(model.apply, params, *args, config=config,
+                                                  special=special, auc=True)[1]
+  return micro_batch_sum(stats_of, batch, prepared, dropout_rng, config.grad_accum_steps)
 
 
 def special_ids(config, vocab=None) -> objective.SpecialIds:
@@ -265,12 +229,10 @@ def special_ids(config, vocab=None) -> objective.SpecialIds:
 def compile_steps(config, model, optimizer, mesh, special=None):
   """The jitted train/eval steps and the shardings they expect."""
   special = special_ids(config) if special is None else special
-  replicated = NamedSharding(mesh, P())
-  batch_sharding = NamedSharding(mesh, P('data'))
+  replicated, batch_sharding = NamedSharding(mesh, P()), NamedSharding(mesh, P('data'))
   train = jax.jit(
       functools.partial(train_step, model=model, optimizer=optimizer, config=config,
-                        special=special),
-      in_shardings=(replicated, batch_sharding, replicated),
+                        special=special), in_shardings=(replicated, batch_sharding, replicated),
       out_shardings=(replicated, replicated), donate_argnums=0)
   evaluate = jax.jit(functools.partial(eval_step, model=model, config=config, special=special),
                      in_shardings=(replicated, batch_sharding, replicated),
@@ -314,9 +276,8 @@ def add_stats(total, stats):
 
 def run_eval(evaluate, params, examples, config, batch_sharding, base_rng) -> dict:
   total = None
-  batches = inputs.eval_batches(examples, config.batch_size, config.eval_steps,
-                                  jax.process_index(), jax.process_count())
-  for i, batch in enumerate(batches):
+  for i, batch in enumerate(inputs.eval_batches(examples, config.batch_size, config.eval_steps,
+                                                jax.process_index(), jax.process_count())):
     batch = inputs.to_global_array(batch, batch_sharding)
     total = add_stats(total, evaluate(params, batch, step_key(config, base_rng, i)))
   return objective.summarize(jax.device_get(total), config.eval_steps)
@@ -381,10 +342,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   generator = None if checkpoint.has_checkpoint(workdir) else load_generator()
 
   vocab = chief_first(lambda: inputs.setup_vocab(config, workdir), 'vocab')
-  train_examples = chief_first(
-      lambda: inputs.load_examples(config, workdir, vocab, 'train'), 'train data')
-  eval_examples = chief_first(
-      lambda: inputs.load_examples(config, workdir, vocab, 'eval'), 'eval data')
+  train_examples, eval_examples = (
+      chief_first(functools.partial(inputs.load_examples, config, workdir, vocab, split),
+                  f'{split} data') for split in ('train', 'eval'))
 
   mesh = make_mesh()
   if is_chief and (warning := rbg_sharding_warning(
@@ -409,32 +369,30 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     restored = checkpoint.restore_latest(
         manager, abstract_train_state(config, model, optimizer, replicated), run_identity,
         fallback=config.checkpoint_fallback)
-    if restored is None:  # (`generator` is None where every checkpoint was set aside)
-      state = create_train_state(config, model, optimizer, replicated,
-                                 load_generator() if generator is None else generator)
-    else:
-      state = restored
+    resumed = restored is not None
+    # (`generator` is None where every checkpoint was set aside)
+    state = restored if resumed else create_train_state(
+        config, model, optimizer, replicated, load_generator() if generator is None else generator)
     generator = None
     first_step = int(state.step)
     if is_chief:
-      if restored is not None and (
+      if resumed and (
           changes := config_lib.keep_config_before_changes(config, workdir, first_step)):
         logging.warning('resuming at step %d with changed settings (%s); the settings of the '
                         'steps before are kept in config.until-%d.json', first_step,
                         '; '.join(changes), first_step)
       config_lib.save_config(config, workdir)  # only once the checkpoint is known to fit
-    if restored is not None and first_step >= config.num_train_steps:
+    if resumed and first_step >= config.num_train_steps:
       if is_chief:  # rather than 'resuming at step N of N' and nothing more
         logging.info(report.finished(workdir, first_step, config.num_train_steps, already=True))
       return state
     logging.info('%s at step %d of %d on %d device(s); objective %s, %s parameters',
-                 'resuming' if restored is not None else 'starting', first_step,
-                 config.num_train_steps, jax.device_count(), config.objective,
-                 f'{count_params(state.params):,}')
+                 'resuming' if resumed else 'starting', first_step, config.num_train_steps,
+                 jax.device_count(), config.objective, f'{count_params(state.params):,}')
     if is_chief:
       # Lines logged after the checkpoint resumed from are logged again; without a checkpoint
       # the run starts over, its step-0 evaluation included, so no line is kept.
-      report.trim_metrics_file(workdir, first_step if restored is not None else -1)
+      report.trim_metrics_file(workdir, first_step if resumed else -1)
     writer = report.MetricsWriter(workdir, enabled=is_chief)
     eval_rng = step_key(config, jax.random.key_data(base_key(config)), 1 << 30)
     tokens_per_step = config.batch_size * config.max_seq_length
@@ -464,7 +422,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     for step in range(first_step, config.num_train_steps):
       batch, key = next(batches), step_key(config, state.rng, step)
       done = step + 1
-      logged = done % config.log_every == 0 or done == config.num_train_steps
+      last = done == config.num_train_steps
+      logged = done % config.log_every == 0 or last
       # The logged AUC is the logged step's own, from its inputs (before the step donates them).
       auc = auc_probe(state, batch, key) if logged and auc_probe else None
       state, stats = (first_call(train, cache, state, batch, key) if step == first_step
@@ -495,11 +454,11 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
 
       # The last step too: a run whose length is no multiple of eval_every (the transfer
       # study's MLM run, sized by FLOPs) still ends on a measured point.
-      if evaluating and (done % config.eval_every == 0 or done == config.num_train_steps):
+      if evaluating and (done % config.eval_every == 0 or last):
         evaluate_and_log(done)
 
       preempted = preemption_requested(done)
-      if done % config.save_every == 0 or done == config.num_train_steps or preempted:
+      if done % config.save_every == 0 or last or preempted:
         watch = check_finite(watch)  # so nothing after a non-finite step is saved ('stop')
         checkpoint.save(manager, done, state, run_identity)
       if preempted:
