@@ -1,11 +1,9 @@
 """A BERT checkpoint read as an ELECTRA discriminator's encoder, or as a generator.
 
 ELECTRA's encoder is BERT's under `electra.` names, with embedding size = hidden size (no
-projection), so a published BERT can start fine-tuning or pretraining and be compared with our
-runs under one recipe. The pooler and next-sentence head are left out, and the log says so.
-BERT's masked-LM head (dense H -> H, activation, LayerNorm, tied decoder) is our generator head
-at E = H with exact GELU (which model_config.check_supported requires), so a BertForMaskedLM or
-BertForPreTraining serves as a frozen generator (importing.read_generator).
+projection); the pooler and next-sentence head are left out, and the log says so. BERT's
+masked-LM head (dense H -> H, activation, LayerNorm, tied decoder) is our generator head at
+E = H, so a BertForMaskedLM or BertForPreTraining serves as a frozen generator.
 """
 
 from typing import Any

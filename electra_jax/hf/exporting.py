@@ -1,8 +1,6 @@
-"""A run's checkpoint -> transformers directories: DIR/discriminator, DIR/generator or DIR/mlm.
-
-Each directory is complete on its own (config.json, model.safetensors with its own copy of the
-shared embedding block, tokenizer files, README.md), so `from_pretrained(DIR/discriminator)` and
-`pipeline("fill-mask", DIR/generator)` work offline.
+"""A run's checkpoint -> transformers directories: DIR/discriminator, DIR/generator or DIR/mlm,
+each complete on its own (config.json, model.safetensors with its own copy of the shared
+embedding block, tokenizer files, README.md), so they load offline.
 """
 
 import os
@@ -82,13 +80,15 @@ def export_params(params: dict[str, Any], model: ml_collections.ConfigDict, voca
   paths by network."""
   written = {}
   for network in networks or EXPORTED[objective_name]:
-    path = os.path.join(out_dir, network)
+    path, view = os.path.join(out_dir, network), network_view(params, network)
     if model.architecture == 'modern':
-      files.write_model_dir(path, *modern.export_files(
-          network_view(params, network), model, network, modern_special_ids(vocab)))
+      encoder, head, kind = params_lib.NETWORKS[network]
+      layers = params_lib.num_layers(view, encoder)
+      files.write_model_dir(path, modern.hf_config(model, kind, layers, modern_special_ids(vocab)),
+                            modern.to_hf(view, encoder, head, kind))
     else:
       files.write_model_dir(path, model_config.to_hf(model, network),
-                            network_tensors(params, network))
+                            params_lib.to_hf(view, network))
     tokenizer.write_tokenizer(vocab, path, model_max_length=model.max_position_embeddings,
                               token_types=model.architecture != 'modern')
     written[network] = path
@@ -112,18 +112,6 @@ def modern_special_ids(vocab) -> dict[str, int]:
   return {'pad': vocab.pad_id, 'cls': vocab.cls_id, 'sep': vocab.sep_id}
 
 
-def _existing_outputs(out_dir: str, networks: tuple[str, ...], overwrite: bool) -> list[str]:
-  """The output directories that already hold something (refused unless overwriting)."""
-  existing = []
-  for network in networks:
-    path = os.path.join(out_dir, network)
-    if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
-      if not overwrite:
-        raise UsageError(f"'{path}' already exists; choose another --out or pass --overwrite")
-      existing.append(path)
-  return existing
-
-
 def export_run(workdir: str, out_dir: str, step: int | None = None, overwrite: bool = False,
                language: str = '', license_id: str = '') -> Run:
   """Exports checkpoint `step` (default: the latest) of the run in `workdir` to `out_dir`; the
@@ -134,7 +122,10 @@ def export_run(workdir: str, out_dir: str, step: int | None = None, overwrite: b
     raise UsageError(f"--out='{out_dir}' is not a local path; export to local disk, then copy "
                      'the directory (gcloud storage cp -r)')
   networks = exported_networks(load_run_config(workdir))
-  existing = _existing_outputs(out_dir, networks, overwrite)
+  paths = [os.path.join(out_dir, network) for network in networks]
+  existing = [p for p in paths if os.path.exists(p) and (not os.path.isdir(p) or os.listdir(p))]
+  if existing and not overwrite:
+    raise UsageError(f"'{existing[0]}' already exists; choose another --out or pass --overwrite")
   run = load_run(workdir, step)  # before removing anything, so a mistake costs nothing
   for path in existing:
     if os.path.isdir(path):

@@ -13,7 +13,7 @@ import numpy as np
 import safetensors.numpy
 
 from electra_jax.common.errors import UsageError
-from electra_jax.hf import bert, model_config, modern
+from electra_jax.hf import bert, model_config, modern, params as params_lib
 
 WEIGHTS = 'model.safetensors'
 WEIGHTS_INDEX = 'model.safetensors.index.json'
@@ -104,11 +104,10 @@ def read_tensors(path: str, allow_pickle: bool = False) -> dict[str, np.ndarray]
 def _kind(config: dict[str, Any], tensors: dict[str, np.ndarray], path: str) -> str:
   """Discriminator or generator: from config.json's architectures, else from the tensors."""
   architectures = model_config.architectures(config)
-  kinds = [kind for kind, name in model_config.ARCHITECTURES.items() if name in architectures]
-  if not kinds:
-    prefixes = {'discriminator': 'discriminator_predictions.',
-                'generator': 'generator_predictions.'}
-    kinds = [k for k, p in prefixes.items() if any(n.startswith(p) for n in tensors)]
+  kinds = [kind for kind in params_lib.KINDS if model_config.ARCHITECTURES[kind] in architectures]
+  if not kinds:  # the heads' tensors: discriminator_predictions.* or generator_predictions.*
+    kinds = [k for k in params_lib.KINDS
+             if any(name.startswith(f'{k}_predictions.') for name in tensors)]
   if len(kinds) != 1:
     raise UsageError(f"'{path}' is not an ElectraForPreTraining (discriminator) or "
                      f'ElectraForMaskedLM (generator) checkpoint (architectures: '

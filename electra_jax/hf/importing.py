@@ -3,12 +3,8 @@
 The workdir holds what a run has after its first save (config.json, the vocabulary, an Orbax
 checkpoint of step 0), built with the trainer's own functions so it restores exactly. A network
 not given starts afresh; the shared embedding block comes from the discriminator where both are
-given (it is the one fine-tuned; Google's pairs hold identical copies).
-
-A ModernBERT directory starts a 'modern' run (modern_subtrees): its encoder becomes the
-discriminator's; a ModernBertForMaskedLM also starts the generator, with its bottom layers (as
-many as the generator has), its final norm and its MLM head, so the generator predicts tokens
-from step 0. Our own export's pair (discriminator/ and generator/) comes back as it went out.
+given (it is the one fine-tuned; Google's pairs hold identical copies). A ModernBERT directory
+starts a 'modern' run (modern_subtrees).
 """
 
 import json
@@ -134,8 +130,9 @@ def modern_model(model_dirs: dict[str, files.ModelDir], model: ml_collections.Co
 
 def modern_subtrees(model_dirs: dict[str, files.ModelDir], model: ml_collections.ConfigDict,
                     target: dict[str, Any]) -> dict[str, Any]:
-  """The subtrees of a 'modern' run that ModernBERT directories give (see the module doc),
-  each checked against `target`'s shapes."""
+  """The subtrees of a 'modern' run that ModernBERT directories give, checked against `target`'s
+  shapes: the encoder becomes the discriminator's; a ModernBertForMaskedLM also starts the
+  generator (its bottom layers, final norm and MLM head), so it predicts tokens from step 0."""
   encoder = model_dirs['discriminator'] if 'discriminator' in model_dirs else model_dirs[
       'generator']
   source = os.path.join(encoder.path, files.WEIGHTS)
@@ -162,9 +159,9 @@ def modern_subtrees(model_dirs: dict[str, files.ModelDir], model: ml_collections
   return tree
 
 
-def merge_params(initial: dict[str, Any], imported: dict[str, dict[str, Any]]) -> dict[str, Any]:
-  """`initial` with every subtree that an imported network provides replaced by its weights."""
-  params = dict(initial)
+def merge_params(imported: dict[str, dict[str, Any]]) -> dict[str, Any]:
+  """The imported networks' subtrees as one tree."""
+  params = {}
   for kind in reversed(params_lib.KINDS):  # generator first, so the discriminator's block wins
     if kind in imported:
       params.update(imported[kind])
@@ -188,18 +185,16 @@ def import_checkpoint(config: ml_collections.ConfigDict, workdir: str, hf_dir: s
   if config.objective != 'electra':
     raise UsageError(f'import_hf starts ELECTRA runs (generator + discriminator); '
                      f"--config.objective={config.objective} is not supported: leave it 'electra'")
-  if storage.exists(os.path.join(workdir, 'config.json')) or \
-      storage.exists(os.path.join(workdir, 'checkpoints')):
+  if any(storage.exists(os.path.join(workdir, name)) for name in ('config.json', 'checkpoints')):
     raise UsageError(f"'{workdir}' already holds a run; import into a new --workdir")
   model_dirs = find_model_dirs(hf_dir, generator_dir, allow_pickle)
   sources = {kind: os.path.join(d.path, 'config.json') for kind, d in model_dirs.items()}
   if any(hf_modern.is_modern(d.config) for d in model_dirs.values()):
     derived = modern_model(model_dirs, config.model, sources)
   else:
-    derived = model_config.from_hf(
-        model_dirs['discriminator'].config if 'discriminator' in model_dirs else None,
-        model_dirs['generator'].config if 'generator' in model_dirs else None,
-        config.model, sources)
+    configs = [model_dirs[kind].config if kind in model_dirs else None
+               for kind in params_lib.KINDS]
+    derived = model_config.from_hf(*configs, config.model, sources)
   conflicts = [f'config.model.{k}={config.model[k]!r} (the checkpoint has {derived[k]!r})'
                for k in sorted(pinned) if config.model[k] != derived[k]]
   if conflicts:
@@ -218,14 +213,12 @@ def import_checkpoint(config: ml_collections.ConfigDict, workdir: str, hf_dir: s
   target = jax.eval_shape(lambda: networks.init_params(model, jax.random.PRNGKey(0), 1))
   if derived.architecture == 'modern':
     subtrees = modern_subtrees(model_dirs, derived, target)
-    merge = lambda initial: {**initial, **subtrees}
   else:
-    imported = convert(model_dirs, target)
-    merge = lambda initial: merge_params(initial, imported)
+    subtrees = merge_params(convert(model_dirs, target))
 
   replicated = NamedSharding(train.make_mesh(), P())
   state = train.create_train_state(config, model, optimizer, replicated)
-  params = jax.device_put(merge(jax.device_get(state.params)), replicated)
+  params = jax.device_put({**jax.device_get(state.params), **subtrees}, replicated)
   opt_state = jax.jit(optimizer.init, out_shardings=replicated)(params)
   state = state.replace(params=params, opt_state=opt_state)
 
@@ -250,46 +243,36 @@ GENERATOR_SOURCES = ("a Hugging Face ElectraForMaskedLM (our export's generator/
                      'of our mlm or electra runs')
 
 
-def modern_generator(model_dir: files.ModelDir) -> generator_modes.Source:
-  """A ModernBertForMaskedLM, whole, as a frozen generator."""
-  hf = model_dir.config
-  layers = hf['num_hidden_layers']
-  tree = hf_modern.from_hf(model_dir.tensors, 'generator', 'generator_head', 'generator', layers,
-                           os.path.join(model_dir.path, files.WEIGHTS))
-  shape = generator_modes.Shape(hf['hidden_size'], hf['num_attention_heads'],
-                                hf['intermediate_size'], layers, hf['hidden_size'],
-                                hf['vocab_size'], 0, 0)
-  params = {new: tree[old] for old, new in generator_modes.RENAMED['electra'].items()}
-  return generator_modes.Source(params, shape,
-                                f"the ModernBertForMaskedLM in '{model_dir.path}'")
-
-
 def read_generator(directory: str, model: ml_collections.ConfigDict) -> generator_modes.Source:
-  """The masked LM in `directory` as a frozen generator (config.generator_init), checked against
-  its own config.json; `model` fills only what the file leaves open. electra_jax.main passes this
-  to train.train_and_evaluate, since training may not import hf."""
+  """The masked LM in `directory` (ours, BERT's, or a whole ModernBertForMaskedLM) as a frozen
+  generator (config.generator_init), checked against its own config.json; `model` fills only
+  what the file leaves open. electra_jax.main passes this to train.train_and_evaluate, since
+  training may not import hf."""
   config = files.read_config(directory)
   model_dir = files.read_model_dir(directory, bert_masked_lm=True)
-  if hf_modern.is_modern(config) and model_dir.kind == 'generator':
-    return modern_generator(model_dir)
   if model_dir.kind != 'generator':
     raise UsageError(f"config.generator_init='{directory}' holds a discriminator or an "
                      f'encoder without an MLM head, which predicts no tokens; pass '
                      f'{GENERATOR_SOURCES}')
-  base = ml_collections.ConfigDict(model.to_dict())
-  base.generator_layers = 1.0  # from_hf sets num_layers to the generator's depth
-  derived = model_config.from_hf(None, model_dir.config, base,
-                                 {'generator': os.path.join(directory, 'config.json')})
-  target = jax.eval_shape(lambda: networks.init_params(networks.Electra(derived),
-                                                       jax.random.PRNGKey(0), 1))
-  tree = params_lib.from_hf(model_dir.tensors, 'generator', target,
-                            os.path.join(directory, files.WEIGHTS))
-  hf = model_dir.config
-  shape = generator_modes.Shape(
-      hf['hidden_size'], hf['num_attention_heads'], hf['intermediate_size'],
-      hf['num_hidden_layers'], derived.embedding_size, derived.vocab_size,
-      derived.max_position_embeddings, derived.type_vocab_size)
+  hf, source = model_dir.config, os.path.join(directory, files.WEIGHTS)
+  if hf_modern.is_modern(config):
+    tree = hf_modern.from_hf(model_dir.tensors, 'generator', 'generator_head', 'generator',
+                             hf['num_hidden_layers'], source)
+    tables = (hf['hidden_size'], hf['vocab_size'], 0, 0)  # RoPE: no position or type table
+    architecture = 'ModernBertForMaskedLM'
+  else:
+    base = ml_collections.ConfigDict(model.to_dict())
+    base.generator_layers = 1.0  # from_hf sets num_layers to the generator's depth
+    derived = model_config.from_hf(None, hf, base,
+                                   {'generator': os.path.join(directory, 'config.json')})
+    target = jax.eval_shape(lambda: networks.init_params(networks.Electra(derived),
+                                                         jax.random.PRNGKey(0), 1))
+    tree = params_lib.from_hf(model_dir.tensors, 'generator', target, source)
+    tables = (derived.embedding_size, derived.vocab_size, derived.max_position_embeddings,
+              derived.type_vocab_size)
+    architecture = (model_config.architectures(config) or [
+        'BERT masked LM' if bert.is_bert(config) else 'ElectraForMaskedLM'])[0]
+  shape = generator_modes.Shape(hf['hidden_size'], hf['num_attention_heads'],
+                                hf['intermediate_size'], hf['num_hidden_layers'], *tables)
   params = {new: tree[old] for old, new in generator_modes.RENAMED['electra'].items()}
-  architecture = (model_config.architectures(config) or [
-      'BERT masked LM' if bert.is_bert(config) else 'ElectraForMaskedLM'])[0]
   return generator_modes.Source(params, shape, f"the {architecture} in '{directory}'")

@@ -20,13 +20,18 @@ from electra_jax.hf import model_config
 LANGUAGE_CODE = re.compile(r'[a-z]{2,3}(-[A-Za-z0-9]{2,8})*')
 LICENSE_ID = re.compile(r'[a-z0-9][a-z0-9.+-]*')
 
-# Each exported network's title, what it computes, and the Hub pipeline its widget runs (None:
-# the Hub has none for replaced-token detection). Its class is its config.json's.
+# Each exported network's title, what it computes, the Hub pipeline its widget runs (None: the
+# Hub has none for replaced-token detection) and how to load it. Its class is its config.json's.
 NETWORKS = {
     'discriminator': ('An ELECTRA discriminator', 'scores every token as original or replaced',
-                      None),
-    'generator': ('An ELECTRA generator', 'predicts masked tokens', 'fill-mask'),
-    'mlm': ('A masked language model', 'predicts masked tokens', 'fill-mask'),
+                      None, 'For a task, load it with `AutoModelForSequenceClassification` (or '
+                      'another task class) and fine-tune.'),
+    'generator': ('An ELECTRA generator', 'predicts masked tokens', 'fill-mask',
+                  'Load it with `AutoModelForMaskedLM` to fill masks (the fill-mask pipeline); '
+                  'for a task, fine-tune the discriminator exported beside it.'),
+    'mlm': ('A masked language model', 'predicts masked tokens', 'fill-mask',
+            'Load it with `AutoModelForMaskedLM` to fill masks, or with '
+            '`AutoModelForSequenceClassification` (or another task class) to fine-tune it.'),
 }
 OBJECTIVES = {
     'electra': 'ELECTRA: a generator (masked LM) and a discriminator (replaced-token detection) '
@@ -37,15 +42,6 @@ OBJECTIVES = {
     'replace_mlm': "Replace MLM (the paper's ablation): MLM on generator-replaced inputs",
     'all_tokens_mlm': "All-Tokens MLM (the paper's ablation): MLM predicting every token",
     'electric': 'Electric: an energy-based cloze model trained by noise-contrastive estimation',
-}
-# How to load each exported network: a generator only fills masks; the others are fine-tuned.
-USE = {
-    'discriminator': 'For a task, load it with `AutoModelForSequenceClassification` (or another '
-                     'task class) and fine-tune.',
-    'generator': 'Load it with `AutoModelForMaskedLM` to fill masks (the fill-mask pipeline); '
-                 'for a task, fine-tune the discriminator exported beside it.',
-    'mlm': 'Load it with `AutoModelForMaskedLM` to fill masks, or with '
-           '`AutoModelForSequenceClassification` (or another task class) to fine-tune it.',
 }
 EVAL_KEYS = {'eval_disc_auc': 'discriminator ROC AUC',
              'eval_disc_accuracy': 'discriminator accuracy',
@@ -141,7 +137,7 @@ def model_card(network: str, config: ml_collections.ConfigDict, step: int,
                hf: dict | None = None) -> str:
   """The README.md of the exported `network` of a run at `step`; `hf` is the config.json
   written beside it (default: ELECTRA's for the run's model)."""
-  title, computes, pipeline = NETWORKS[network]
+  title, computes, pipeline, use = NETWORKS[network]
   hf = hf or model_config.to_hf(config.model, network)
   class_name = hf['architectures'][0]
   tokens = step * config.batch_size * config.max_seq_length
@@ -168,11 +164,10 @@ def model_card(network: str, config: ml_collections.ConfigDict, step: int,
   return card(['electra', 'electra_jax', config.objective], pipeline,
               f'{title}, pretrained with electra_jax',
               f'Step {step:,} of an electra_jax pretraining run, exported as `{class_name}`. '
-              + USE[network], class_name, 'Pretraining', rows, languages, license_id)
+              + use, class_name, 'Pretraining', rows, languages, license_id)
 
 
-# A fine-tuned network's Hub pipeline (finetune/export.py's networks); its class is its
-# config.json's.
+# A fine-tuned network's (finetune/export.py) Hub pipeline; its class is its config.json's.
 FINETUNED = {'sequence': 'text-classification', 'qa': 'question-answering',
              'tagger': 'token-classification'}
 
@@ -183,13 +178,6 @@ def scores_text(scores: dict) -> str:
   return '; '.join(f'{split} ' + ', '.join(f'{name} {number(value)}'
                                            for name, value in metrics.items())
                    for split, metrics in scores.items())
-
-
-def start_text(results: dict) -> str:
-  """Where fine-tuning started, with any path cut to its last folder's name."""
-  if not results['init_from']:
-    return 'random initialisation (no pretraining)'
-  return f"the pretrained encoder `{os.path.basename(results['init_from'].rstrip('/'))}`"
 
 
 def finetuned_card(network: str, hf_config: dict, results: dict, seed: int, step: int,
@@ -204,7 +192,9 @@ def finetuned_card(network: str, hf_config: dict, results: dict, seed: int, step
               if 'train_examples' in budget else []),
             f"batch {budget['batch_size']}", f"length {budget['max_seq_length']}",
             f'{step:,} steps']
-  rows = [('task', results['task']), ('started from', start_text(results)),
+  start = (f"the pretrained encoder `{os.path.basename(results['init_from'].rstrip('/'))}`"
+           if results['init_from'] else 'random initialisation (no pretraining)')
+  rows = [('task', results['task']), ('started from', start),
           ('encoder', encoder_text(hf_config)),
           ('labels', ', '.join(f'`{label}`' for label in hf_config['id2label'].values())),
           ('recipe', ', '.join(recipe))]

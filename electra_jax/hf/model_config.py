@@ -15,11 +15,10 @@ from electra_jax.model import layers
 from electra_jax.hf import params as params_lib
 from electra_jax.common.errors import UsageError
 
-ARCHITECTURES = {'discriminator': 'ElectraForPreTraining', 'generator': 'ElectraForMaskedLM'}
-# Fine-tuned models, written by finetune/export.py and never imported.
-TASK_ARCHITECTURES = {'qa': 'ElectraForQuestionAnswering',
-                      'tagger': 'ElectraForTokenClassification',
-                      'sequence': 'ElectraForSequenceClassification'}
+# HF kind -> its class; the task models (finetune/export.py) are written, never imported.
+ARCHITECTURES = {'discriminator': 'ElectraForPreTraining', 'generator': 'ElectraForMaskedLM',
+                 'qa': 'ElectraForQuestionAnswering', 'tagger': 'ElectraForTokenClassification',
+                 'sequence': 'ElectraForSequenceClassification'}
 # ElectraConfig's defaults for fields a hand-written config.json may leave out.
 _DEFAULTS = {'hidden_act': 'gelu', 'layer_norm_eps': 1e-12, 'max_position_embeddings': 512,
              'type_vocab_size': 2, 'hidden_dropout_prob': 0.1,
@@ -36,23 +35,16 @@ def architectures(config: dict) -> list[str]:
   return config.get('architectures') or []
 
 
-def generator_shape(width: int) -> tuple[int, int]:
-  """Heads and FFN width of our generator at a given hidden width (see model.Electra)."""
-  return max(1, width // 64), 4 * width
-
-
 def to_hf(model_config: ml_collections.ConfigDict, network: str) -> dict[str, Any]:
   """The config.json of `network` ('discriminator', 'generator' or 'mlm', see params.NETWORKS)."""
   m = model_config
   if network == 'generator':
     width, depth = config_lib.generator_width(m), config_lib.generator_depth(m)
-    heads, ffn = generator_shape(width)
+    heads, ffn = config_lib.generator_heads_and_ffn(m)
   else:
     width, heads, ffn, depth = m.hidden_size, m.num_heads, m.intermediate_size, m.num_layers
-  kind = params_lib.NETWORKS[network].kind
-  architecture = ARCHITECTURES[kind] if kind in ARCHITECTURES else TASK_ARCHITECTURES[kind]
   return {
-      'architectures': [architecture], 'model_type': 'electra',
+      'architectures': [ARCHITECTURES[params_lib.NETWORKS[network].kind]], 'model_type': 'electra',
       'vocab_size': m.vocab_size, 'embedding_size': m.embedding_size, 'hidden_size': width,
       'num_hidden_layers': depth, 'num_attention_heads': heads, 'intermediate_size': ffn,
       'hidden_act': 'gelu',  # exact erf GELU in transformers, as in our model
@@ -104,8 +96,8 @@ def check_supported(config: dict, source: str):
 
 def _check_generator(generator: dict, reference: dict | None, source: str):
   width = generator['hidden_size']
-  heads, ffn = generator_shape(width)
-  for name, want in (('num_attention_heads', heads), ('intermediate_size', ffn)):
+  for name, want in (('num_attention_heads', max(1, width // 64)),
+                     ('intermediate_size', 4 * width)):
     if generator[name] != want:
       raise UsageError(f'{source}: the generator has {name}={generator[name]}, but electra_jax '
                        f'builds a generator of width {width} with {name}={want} (heads = '
@@ -116,8 +108,8 @@ def _check_generator(generator: dict, reference: dict | None, source: str):
   if reference is None:
     return
   for name in _SHARED:
-    ours, theirs = _field(reference, name, 'the discriminator config'), _field(generator, name,
-                                                                               source)
+    ours = _field(reference, name, 'the discriminator config')
+    theirs = _field(generator, name, source)
     if ours != theirs:
       raise UsageError(f'{source}: the generator has {name}={theirs} but the discriminator '
                        f'{ours}; both networks of one ELECTRA share it')

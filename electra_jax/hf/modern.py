@@ -3,9 +3,6 @@
 The discriminator goes out as ModernBertForTokenClassification with one label (its logit is the
 replaced-token score; ModernBertModel loads the encoder from the same directory), the generator
 and an MLM run's network as ModernBertForMaskedLM, whose decoder is tied to the word table.
-A fine-tuned seed goes out as ModernBertFor{SequenceClassification, TokenClassification,
-QuestionAnswering} (finetune/export.py); a ModernBERT directory comes in as a run's start, a frozen
-generator or a fine-tuning start (hf/importing.py).
 """
 
 from collections.abc import Mapping
@@ -14,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from electra_jax.common.errors import UsageError
-from electra_jax.hf import model_config
+from electra_jax.hf import model_config, params as params_lib
 from electra_jax.hf.params import Pair
 
 # HF kind -> the class its config.json names.
@@ -25,10 +22,6 @@ ARCHITECTURES = {'discriminator': 'ModernBertForTokenClassification',
                  'qa': 'ModernBertForQuestionAnswering'}
 TASKS = ('sequence', 'tagger', 'qa')  # a fine-tuned network: our head 'head', then 'classifier'
 
-# Exported network (hf/exporting.py) -> (our encoder, our head, the HF kind).
-NETWORKS = {'discriminator': ('discriminator', 'discriminator_head', 'discriminator'),
-            'generator': ('generator', 'generator_head', 'generator'),
-            'mlm': ('discriminator', 'mlm_head', 'generator')}
 TIED_OUTPUT = 'decoder.weight'
 WORD_EMBEDDINGS = 'model.embeddings.tok_embeddings.weight'
 
@@ -55,7 +48,8 @@ def name_pairs(encoder: str, head: str, kind: str, num_layers: int) -> list[Pair
   pairs.append(_weight('model.final_norm', (encoder, 'final_norm')))
   if kind == 'encoder':
     return pairs
-  pairs += [_weight('head.dense', (head, 'dense'), True), _weight('head.norm', (head, 'layer_norm'))]
+  pairs += [_weight('head.dense', (head, 'dense'), True),
+            _weight('head.norm', (head, 'layer_norm'))]
   if kind == 'generator':
     return pairs + [Pair('decoder.bias', (head, 'output_bias'), False)]
   classifier = ('classifier',) if kind in TASKS else (head, 'prediction')
@@ -63,22 +57,10 @@ def name_pairs(encoder: str, head: str, kind: str, num_layers: int) -> list[Pair
                   Pair('classifier.bias', (*classifier, 'bias'), False)]
 
 
-def _get(tree, path):
-  for key in path:
-    tree = tree[key]
-  return tree
-
-
-def num_layers(params: Mapping[str, Any], encoder: str) -> int:
-  return sum(1 for name in params[encoder] if name.startswith('layer_'))
-
-
 def to_hf(params: Mapping[str, Any], encoder: str, head: str, kind: str) -> dict[str, np.ndarray]:
   """The tensors of one ModernBERT network (float32, torch layout), the tied decoder included."""
-  tensors = {}
-  for pair in name_pairs(encoder, head, kind, num_layers(params, encoder)):
-    value = np.asarray(_get(params, pair.path), np.float32)
-    tensors[pair.torch_name] = np.ascontiguousarray(value.T if pair.transposed else value)
+  pairs = name_pairs(encoder, head, kind, params_lib.num_layers(params, encoder))
+  tensors = params_lib.torch_tensors(params, pairs)
   if kind == 'generator':
     tensors[TIED_OUTPUT] = tensors[WORD_EMBEDDINGS]
   return tensors
@@ -88,17 +70,12 @@ def from_hf(tensors: Mapping[str, np.ndarray], encoder: str, head: str, kind: st
             layers: int, source: str) -> dict[str, Any]:
   """Our subtrees (embeddings, `encoder`, `head`) from a ModernBERT network's tensors. A
   tensor the network needs and lacks is one UsageError naming it."""
-  tree = {}
-  for pair in name_pairs(encoder, head, kind, layers):
+  pairs = name_pairs(encoder, head, kind, layers)
+  for pair in pairs:
     if pair.torch_name not in tensors:
       raise UsageError(f'{source} lacks {pair.torch_name}, which a ModernBERT {kind} with '
                        f'{layers} layers has; the weights do not belong to its config.json')
-    value = np.asarray(tensors[pair.torch_name], np.float32)
-    node = tree
-    for key in pair.path[:-1]:
-      node = node.setdefault(key, {})
-    node[pair.path[-1]] = np.array(value.T if pair.transposed else value)
-  return tree
+  return params_lib.our_tree(tensors, pairs)
 
 
 def hf_config(m, kind: str, layers: int, special: Mapping[str, int]) -> dict[str, Any]:
@@ -124,20 +101,10 @@ def hf_config(m, kind: str, layers: int, special: Mapping[str, int]) -> dict[str
   return config
 
 
-def export_files(params: Mapping[str, Any], m, network: str,
-                 special: Mapping[str, int]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-  """config.json's fields and the tensors of an exported network (`params` already in the
-  network's view: networks.discriminator_view or generator_view)."""
-  encoder, head, kind = NETWORKS[network]
-  layers = num_layers(params, encoder)
-  return hf_config(m, kind, layers, special), to_hf(params, encoder, head, kind)
-
-
 # ---- a ModernBERT directory read in -------------------------------------------------------
 
-# The classes a ModernBERT directory may hold -> (our kind, the tensors' layout in name_pairs).
-# A ModernBertModel is a bare encoder; a ModernBertForTokenClassification of one label is our
-# export's discriminator.
+# The classes a ModernBERT directory may hold -> (our kind, the tensors' layout in name_pairs);
+# a ModernBertForTokenClassification of one label is our export's discriminator.
 READ_AS = {'ModernBertForMaskedLM': ('generator', 'generator'),
            'ModernBertModel': ('discriminator', 'encoder'),
            'ModernBertForTokenClassification': ('discriminator', 'discriminator')}

@@ -54,19 +54,6 @@ def _layer_norm(torch_prefix, path):
           Pair(f'{torch_prefix}.bias', (*path, 'bias'), False)]
 
 
-def _encoder_layer(index, encoder):
-  torch_prefix, path = f'electra.encoder.layer.{index}', (encoder, f'layer_{index}')
-  pairs = [pair for name in ('query', 'key', 'value') for pair in _linear(
-      f'{torch_prefix}.attention.self.{name}', (*path, 'attention', name))]
-  pairs += _linear(f'{torch_prefix}.attention.output.dense', (*path, 'attention_output'))
-  pairs += _layer_norm(f'{torch_prefix}.attention.output.LayerNorm',
-                       (*path, 'attention_layer_norm'))
-  pairs += _linear(f'{torch_prefix}.intermediate.dense', (*path, 'intermediate'))
-  pairs += _linear(f'{torch_prefix}.output.dense', (*path, 'output'))
-  pairs += _layer_norm(f'{torch_prefix}.output.LayerNorm', (*path, 'output_layer_norm'))
-  return pairs
-
-
 def name_pairs(network: str, num_layers: int, has_projection: bool) -> list[Pair]:
   """Every tensor of one HF network (a name in NETWORKS) and where it lives in our tree."""
   encoder, head, kind = NETWORKS[network]
@@ -76,7 +63,14 @@ def name_pairs(network: str, num_layers: int, has_projection: bool) -> list[Pair
   if has_projection:
     pairs += _linear('electra.embeddings_project', (encoder, 'embeddings_project'))
   for i in range(num_layers):
-    pairs += _encoder_layer(i, encoder)
+    torch, ours = f'electra.encoder.layer.{i}', (encoder, f'layer_{i}')
+    for name in ('query', 'key', 'value'):
+      pairs += _linear(f'{torch}.attention.self.{name}', (*ours, 'attention', name))
+    pairs += _linear(f'{torch}.attention.output.dense', (*ours, 'attention_output'))
+    pairs += _layer_norm(f'{torch}.attention.output.LayerNorm', (*ours, 'attention_layer_norm'))
+    pairs += _linear(f'{torch}.intermediate.dense', (*ours, 'intermediate'))
+    pairs += _linear(f'{torch}.output.dense', (*ours, 'output'))
+    pairs += _layer_norm(f'{torch}.output.LayerNorm', (*ours, 'output_layer_norm'))
   if kind in ('qa', 'tagger'):  # ElectraForQuestionAnswering's qa_outputs, or the tagger's
     pairs += _linear('qa_outputs' if kind == 'qa' else 'classifier', (head,))
   elif kind == 'sequence':  # ElectraClassificationHead: dense, GELU, out_proj
@@ -92,11 +86,14 @@ def name_pairs(network: str, num_layers: int, has_projection: bool) -> list[Pair
   return pairs  # kind 'encoder': no head
 
 
+def num_layers(params: Mapping[str, Any], encoder: str) -> int:
+  return sum(1 for name in params[encoder] if name.startswith('layer_'))
+
+
 def _structure(params: Mapping[str, Any], network: str) -> tuple[int, bool]:
   """Number of layers and whether the network projects E -> H, read off our tree."""
-  encoder = params[NETWORKS[network].encoder]
-  num_layers = sum(1 for name in encoder if name.startswith('layer_'))
-  return num_layers, 'embeddings_project' in encoder
+  encoder = NETWORKS[network].encoder
+  return num_layers(params, encoder), 'embeddings_project' in params[encoder]
 
 
 def _get(tree, path):
@@ -105,17 +102,30 @@ def _get(tree, path):
   return tree
 
 
-def to_hf(params: Mapping[str, Any], network: str) -> dict[str, np.ndarray]:
-  """The tensors of the HF `network` (float32 numpy arrays, torch layout)."""
+def torch_tensors(params: Mapping[str, Any], pairs: list[Pair]) -> dict[str, np.ndarray]:
+  """The tensors `pairs` name, read off our tree (float32 numpy arrays, torch layout)."""
   tensors = {}
-  for pair in name_pairs(network, *_structure(params, network)):
+  for pair in pairs:
     value = np.asarray(_get(params, pair.path), np.float32)
     tensors[pair.torch_name] = np.ascontiguousarray(value.T if pair.transposed else value)
   return tensors
 
 
-def _shape_text(shape) -> str:
-  return '[' + ', '.join(map(str, shape)) + ']'
+def our_tree(tensors: Mapping[str, np.ndarray], pairs: list[Pair]) -> dict[str, Any]:
+  """The tensors `pairs` name as our tree (float32 numpy copies, our layout)."""
+  tree = {}
+  for pair in pairs:
+    value = np.asarray(tensors[pair.torch_name])
+    node = tree
+    for key in pair.path[:-1]:
+      node = node.setdefault(key, {})
+    node[pair.path[-1]] = np.array(value.T if pair.transposed else value, np.float32)
+  return tree
+
+
+def to_hf(params: Mapping[str, Any], network: str) -> dict[str, np.ndarray]:
+  """The tensors of the HF `network` (float32 numpy arrays, torch layout)."""
+  return torch_tensors(params, name_pairs(network, *_structure(params, network)))
 
 
 def _listing(names, limit=4) -> str:
@@ -141,23 +151,16 @@ def from_hf(tensors: Mapping[str, np.ndarray], kind: str, target: Mapping[str, A
     raise UsageError(f'{source} holds {len(unexpected)} tensor(s) an ELECTRA {kind} does not '
                      f'have: {_listing(unexpected)}; is it an Electra{hint} checkpoint matching '
                      'its config.json?')
-  tree = {}
   for pair in pairs:
-    value = np.asarray(tensors[pair.torch_name])
     want = tuple(_get(target, pair.path).shape)
-    have = value.shape[::-1] if pair.transposed else value.shape
-    if tuple(have) != want:
-      want_torch = want[::-1] if pair.transposed else want
-      raise UsageError(f'{source}: tensor {pair.torch_name} has shape {_shape_text(value.shape)} '
-                       f'but its config.json implies {_shape_text(want_torch)}; the weights do '
-                       'not belong to this config')
-    value = value.T if pair.transposed else value
-    node = tree
-    for key in pair.path[:-1]:
-      node = node.setdefault(key, {})
-    node[pair.path[-1]] = np.array(value, np.float32)
+    want = want[::-1] if pair.transposed else want
+    have = np.shape(tensors[pair.torch_name])
+    if have != want:
+      raise UsageError(f'{source}: tensor {pair.torch_name} has shape {list(have)} but its '
+                       f'config.json implies {list(want)}; the weights do not belong to this '
+                       'config')
   if TIED_OUTPUT in tensors and not np.array_equal(tensors[TIED_OUTPUT], tensors[WORD_EMBEDDINGS]):
     raise UsageError(f'{source}: {TIED_OUTPUT} differs from {WORD_EMBEDDINGS}; ELECTRA ties the '
                      "generator's output matrix to the word embeddings and electra_jax cannot "
                      'represent an untied one')
-  return tree
+  return our_tree(tensors, pairs)

@@ -5,9 +5,7 @@ WordPiece), so it loads offline. A leading space is kept, not stripped: Metaspac
 '▁', so a segment after a [MASK] in fill-mask input keeps its word boundary, as in training.
 tokenizer_config.json names PreTrainedTokenizerFast, since model_type "electra" alone makes
 transformers build a WordPiece tokenizer. A tokenizer.json vocabulary goes out as it was loaded,
-with a post-processor that adds its own CLS and SEP as packing did. Inherent difference:
-transformers maps special-token text in the input ("[MASK]") to its id, which fill-mask relies
-on; our encoders do not.
+with a post-processor that adds its own CLS and SEP as packing did.
 """
 
 import base64
@@ -21,8 +19,7 @@ from electra_jax.common.errors import UsageError
 
 METASPACE = '\u2581'
 _UNIGRAM = 1  # TrainerSpec.model_type
-_PIECE_TYPES = {1: 'normal', 2: 'unknown', 3: 'control', 4: 'user-defined', 5: 'unused',
-                6: 'byte'}
+_PIECE_TYPES = {4: 'user-defined', 5: 'unused', 6: 'byte'}  # 1-3: normal, unknown, control
 
 
 ROLES = ('pad', 'unk', 'cls', 'sep', 'mask')
@@ -36,9 +33,7 @@ def special_tokens(vocab) -> dict[str, str]:
 
 
 def special_ids(vocab) -> dict[str, int]:
-  ids = {'pad': vocab.pad_id, 'unk': vocab.unk_id, 'cls': vocab.cls_id, 'sep': vocab.sep_id,
-         'mask': vocab.mask_id}
-  return {token: ids[role] for role, token in special_tokens(vocab).items()}
+  return {token: getattr(vocab, f'{role}_id') for role, token in special_tokens(vocab).items()}
 
 
 def _added_token(token: str, i: int) -> dict[str, Any]:
@@ -116,14 +111,6 @@ def sentencepiece_tokenizer(vocab: vocab_lib.Vocab) -> dict[str, Any]:
   }
 
 
-def wordpiece_tokenizer(vocab: vocab_lib.WordPieceVocab) -> dict[str, Any]:
-  """tokenizer.json contents of BERT's tokenizer over the vocab.txt (the one we encode with)."""
-  config = json.loads(vocab.tokenizer.to_str())
-  config['added_tokens'] = _added_tokens(vocab)
-  config['post_processor'] = _post_processor(vocab)
-  return config
-
-
 def json_tokenizer(vocab: vocab_lib.TokenizerJsonVocab) -> dict[str, Any]:
   """The loaded tokenizer.json with a post-processor that adds its CLS and SEP as packing did
   (after its ByteLevel offset trimming, if any), every role's token a special added token, and
@@ -167,7 +154,8 @@ def write_tokenizer(vocab, out_dir: str, model_max_length: int, token_types: boo
         {f'{role}_token': token for role, token in special_tokens(vocab).items()},
         indent=2).encode() + b'\n'
   elif isinstance(vocab, vocab_lib.WordPieceVocab):
-    tokenizer = wordpiece_tokenizer(vocab)
+    tokenizer = {**json.loads(vocab.tokenizer.to_str()),  # BERT's, the one we encode with
+                 'added_tokens': _added_tokens(vocab), 'post_processor': _post_processor(vocab)}
     extra['vocab.txt'] = ''.join(p + '\n' for p in vocab.pieces).encode()
   else:
     tokenizer = sentencepiece_tokenizer(vocab)
