@@ -1,9 +1,7 @@
-"""The transformer's building blocks as Flax Linen modules, for model/networks.py and finetune/.
-
-The encoder is BERT's post-LayerNorm transformer with the original's numerics: exact (erf) GELU,
-LayerNorm epsilon 1e-12, additive large-negative padding mask, truncated-normal(0.02) init.
-Parameters are float32; `dtype` sets the computation dtype (float32 or bfloat16). Softmax,
-LayerNorm statistics and the output logits stay in float32.
+"""The transformer's building blocks as Flax Linen modules, for model/networks.py and finetune/:
+BERT's post-LayerNorm encoder with the original's numerics (erf GELU, LayerNorm epsilon 1e-12,
+additive -10000 padding bias, truncated-normal(0.02) init). Parameters are float32; `dtype` sets
+the computation dtype; softmax, LayerNorm statistics and the output logits stay in float32.
 """
 
 import functools
@@ -120,16 +118,10 @@ def splash_blocks(seq_length: int, window: int) -> tuple[int, int]:
 def attention_kernel(implementation: str, dtype, head_dim: int, seq_length: int | None = None,
                      platform: str | None = None) -> str:
   """What computes attention where its dropout is off: 'cudnn', 'pallas', 'xla' or 'einsum'.
-
-  'auto' is, by the platform compiled for (`platform`; None: jax.default_backend()):
-  - TPU: Pallas's splash attention where `pallas_misfit` allows (any head size and dtype), else
-    einsum;
-  - GPU: cuDNN's flash attention for 16-bit inputs and head sizes that are multiples of 8 up to
-    128 (Hopper allows 256; 128 holds on every GPU), else einsum;
-  - elsewhere einsum: XLA's `dot_product_attention` lowers to the same operations there, and was
-    no faster on a CPU (docs/performance.md).
-  An explicit 'pallas' where the kernel cannot run is refused (ValueError), not replaced.
-  """
+  'auto', by the platform compiled for (`platform`, else jax.default_backend()): on a TPU splash
+  where `pallas_misfit` allows; on a GPU cuDNN for 16-bit inputs and head sizes that are
+  multiples of 8 up to 128 (Hopper's 256 does not hold on every GPU); else einsum (XLA's fused
+  path was no faster on a CPU). An explicit 'pallas' that cannot run is refused, not replaced."""
   if implementation not in ATTENTION_IMPLEMENTATIONS:
     raise ValueError(f'attention implementation {implementation!r}: use one of '
                      f'{ATTENTION_IMPLEMENTATIONS}')
@@ -160,12 +152,8 @@ def pairs_of(input_mask):
 
 
 def _splash(query, key, value, input_mask, interpret: bool, window: int = 0):
-  """Splash attention on [B, H, L, D], Q scaled by 1/√D, vmapped over the batch.
-
-  Chosen over the package's flash_attention for its residuals: flash keeps the softmax's max and
-  sum as two [B, H, L, 128] float32 arrays and broadcasts its backward row sums to [B, H, L,
-  block], so at L=128 its three kernels move 2.8x splash's two (docs/performance.md).
-  """
+  """Splash attention on [B, H, L, D], Q scaled by 1/√D, vmapped over the batch. Not the
+  package's flash_attention, whose residuals move 2.8x the bytes at L=128 (docs/performance.md)."""
   # pylint: disable=g-import-not-at-top
   from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash
   from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as masks
@@ -187,16 +175,11 @@ def _splash(query, key, value, input_mask, interpret: bool, window: int = 0):
 
 
 def pallas_attention(query, key, value, input_mask, interpret: bool = False, window: int = 0):
-  """softmax(QKᵀ + padding)V by Pallas's TPU splash attention, on [B, H, L, D] (heads first, Q
-  already scaled by 1/√D, as HeadsFirstDense makes them).
-
-  The padding goes in as segment ids: every query is in segment 1 and each key in its
-  `input_mask` value, so padding keys get exactly zero weight from every query, as the einsum
-  path's -10000 bias gives them. (A row with no real key at all differs: uniform weights here,
-  unmasked ones there; no loss reads it.) Document ids (`is_documents`) are both the queries'
-  and the keys' segments. `window` > 0: local attention, window // 2 keys either side.
-  `interpret`: Pallas's interpret mode, for a CPU.
-  """
+  """softmax(QKᵀ + padding)V by Pallas's TPU splash attention, on [B, H, L, D] (Q scaled by
+  1/√D, as HeadsFirstDense makes them). Queries are in segment 1 and keys in their `input_mask`
+  value (document ids: both), so padding keys get zero weight, as from the einsum path's bias (a
+  row with no real key differs; no loss reads it). `window` > 0: window // 2 keys either side.
+  `interpret`: Pallas's interpret mode, for a CPU."""
   splash = functools.partial(_splash, interpret=interpret, window=window)
   mesh = tracing_mesh()
   if mesh is None or mesh.size == 1:
@@ -208,12 +191,9 @@ def pallas_attention(query, key, value, input_mask, interpret: bool = False, win
 
 
 class HeadsFirstDense(nn.Module):
-  """nn.Dense(features)'s parameters (names, shapes, init) with its output as [B, H, L, D].
-
-  The Pallas path's Q, K and V: the matmul writes the kernel's layout and folds in the scale,
-  saving a transpose and a multiply (base at 512 on a v4-8: 204 to 185 GB of HBM traffic per
-  chip and step, docs/performance.md).
-  """
+  """nn.Dense(features)'s parameters (names, shapes, init) with its output as [B, H, L, D]: the
+  Pallas path's Q, K and V, the kernel's layout and scale folded into the matmul (base at 512 on
+  a v4-8: 204 to 185 GB of HBM traffic per chip and step)."""
   features: int
   num_heads: int
   dtype: Any = jnp.float32
@@ -230,14 +210,10 @@ class HeadsFirstDense(nn.Module):
 
 
 class SelfAttention(nn.Module):
-  """Multi-head self-attention over the tokens where `input_mask` is set.
-
-  Every path computes the same function (to float rounding). Only the einsum path has BERT's
-  dropout on the attention probabilities, so the fused ones (cuDNN, XLA, Pallas; picked by
-  `attention_kernel`) run only where that dropout is off. cuDNN takes the padding as lengths, so
-  it assumes what the packer guarantees: padding only at the end. Neither cuDNN nor Pallas takes
-  a query-by-key mask: with one, cuDNN gives way to 'xla' and Pallas to einsum.
-  """
+  """Multi-head self-attention over the tokens where `input_mask` is set. Every path computes
+  the same function (to rounding); the fused ones (`attention_kernel`) have no attention dropout.
+  cuDNN takes the padding as lengths, so it assumes what the packer guarantees: padding only at
+  the end."""
   num_heads: int
   attention_dropout_rate: float
   dtype: Any = jnp.float32
@@ -246,9 +222,8 @@ class SelfAttention(nn.Module):
 
   @nn.compact
   def __call__(self, x, input_mask, deterministic: bool):
-    """`input_mask` is [B, L] (the keys each query may attend to: the real tokens), [B, L, L]
-    (query by key, e.g. a causal mask: Electric's one-directional towers) or [B, L] document ids
-    (`pairs_of`)."""
+    """`input_mask` as `pairs_of` takes it: [B, L] keys or document ids, or [B, L, L] query by
+    key (Electric's one-directional towers)."""
     width = x.shape[-1]
     head_dim = width // self.num_heads
     dropout_off = deterministic or self.attention_dropout_rate == 0.0

@@ -1,15 +1,7 @@
-"""ModernBERT's encoder design as Flax Linen modules (config.model.architecture='modern').
-
-Where it differs from model/layers.py's BERT: pre-LayerNorm (none before the first layer's
-attention) and a final norm; no biases in the linear layers or the norms (epsilon 1e-5);
-rotary position embeddings (RoPE) instead of position and token-type tables; a GeGLU
-feed-forward; and attention that is global on every `global_every`-th layer (from the first)
-and local elsewhere: a token sees the keys within local_window // 2 positions either side, with
-its own RoPE theta. The heads put dense -> GELU -> norm before their output, as transformers'
-ModernBertPredictionHead does, so a run exports as ModernBERT (hf/modern.py).
-
-Parameters are float32; `dtype` sets the computation dtype. Norm statistics, softmax, RoPE and
-the output logits stay in float32.
+"""ModernBERT's encoder design as Flax Linen modules (config.model.architecture='modern'; how
+it differs from BERT: docs/training.md, "The modern encoder"). The heads are transformers'
+ModernBertPredictionHead, so a run exports as ModernBERT (hf/modern.py). Parameters are float32;
+norm statistics, softmax, RoPE and the output logits stay in float32 whatever `dtype` is.
 """
 
 from typing import Any
@@ -18,11 +10,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from electra_jax.model.layers import (WordTable, attention_kernel, gelu, is_documents, pairs_of,
-                                      pallas_attention)
+from electra_jax.model.layers import (WordTable, _init, attention_kernel, gelu, is_documents,
+                                      pairs_of, pallas_attention)
 
 NORM_EPS = 1e-5
-_init = nn.initializers.truncated_normal(stddev=0.02)
 
 
 def norm(name: str) -> nn.LayerNorm:
@@ -82,8 +73,7 @@ def banded_attention(query, key, value, input_mask, window: int, dropout):
 
 
 class ModernEmbeddings(WordTable):
-  """The word table, a norm and dropout: no position or token-type embeddings (RoPE is in the
-  attention); `attend` is the tied decoder."""
+  """The word table, a norm and dropout (RoPE, in the attention, says the positions)."""
   vocab_size: int
   width: int
   dropout_rate: float
@@ -103,14 +93,10 @@ class ModernEmbeddings(WordTable):
 
 
 class RotaryAttention(nn.Module):
-  """Self-attention with RoPE on Q and K, global or within a band of `window` tokens.
-
-  The einsum path applies the band as a mask; where attention dropout is off, Pallas's splash
-  attention takes it as its local mask (skipping the blocks outside it) on a TPU, cuDNN natively
-  (jax.nn.dot_product_attention's local_window_size) on a GPU, XLA as a bias. Document ids are
-  splash's segment ids; cuDNN gives way to XLA for them and for a query-by-key mask (Electric's
-  towers), which splash gives way to XLA too.
-  """
+  """Self-attention with RoPE on Q and K, global or within a band of `window` tokens: a mask
+  on the einsum path (in blocks past twice the window), splash's local mask on a TPU, cuDNN's
+  local_window_size on a GPU, a bias for XLA. cuDNN gives way to XLA for document ids and for a
+  query-by-key mask (Electric's towers), splash for the latter only."""
   num_heads: int
   attention_dropout_rate: float
   theta: float

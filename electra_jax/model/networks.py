@@ -6,9 +6,9 @@
   generator      its own `embeddings_project` (if E != H_gen), encoder and MLM head
   discriminator  its own `embeddings_project` (if E != H), encoder and replaced-token head
 
-Both networks are methods of one module (`generate`, `discriminate`), so one parameter tree and
-one optimizer serve both, and the shared embeddings get the sum of both losses' gradients. The
-other networks reuse these names, so fine-tuning and export read every run the same way.
+Both networks are methods of one module (`generate`, `discriminate`): one parameter tree and one
+optimizer serve both, and the shared embeddings get both losses' gradients. The other networks
+reuse these names, so fine-tuning and export read every run the same way.
 """
 
 import dataclasses
@@ -140,16 +140,11 @@ class _Network(nn.Module):
 
 
 class Electra(_Network):
-  """Generator and discriminator over one shared embedding block.
-
-  embedding_sharing='gdes' is DeBERTa-v3's gradient-disentangled sharing of the word table: the
-  discriminator reads stop_gradient(table) + `embedding_delta` (its own [V, E], zero at init), so
-  the RTD loss never moves the generator's words (their tug-of-war, DeBERTa-v3 section 3) and
-  the MLM loss never moves the delta. The paper's section 3.2 "Weight sharing": 'none' gives the
-  generator its own `generator_embeddings`; 'all' ties its encoder to the discriminator's (no
-  `generator` entry), which needs a generator of the discriminator's size (common/config.py checks).
-  The heads stay separate in every setting.
-  """
+  """Generator and discriminator over one shared embedding block, or as embedding_sharing says
+  (docs/training.md): 'none' gives the generator its own `generator_embeddings`, 'all' runs it on
+  the discriminator's encoder (no `generator` entry), and 'gdes' (DeBERTa-v3's) has the
+  discriminator read stop_gradient(table) + `embedding_delta` (zero at init), so neither loss
+  moves the other's word vectors. The heads stay separate in every setting."""
   embedding_sharing: str = 'shared'  # 'shared', 'gdes', 'none' or 'all'
 
   def setup(self):
@@ -187,13 +182,9 @@ class Electra(_Network):
 
 
 class Electric(_Network):
-  """Electric (Clark et al., 2020, "Pre-Training Transformers as Energy-Based Cloze Models"),
-  as the original repository builds it: a two-tower cloze generator and ELECTRA's discriminator.
-
-  Two generator-sized encoders read the uncorrupted text, one left-to-right and one
-  right-to-left; token t is represented by the forward tower at t-1 and the backward one at t+1,
-  so an MLM-like head on both gives q(token | every other token) at every position.
-  """
+  """Electric (Clark et al., 2020) as the original repository builds it: ELECTRA's discriminator
+  and a cloze generator of two generator-sized towers over the uncorrupted text, left-to-right
+  and right-to-left, whose head gives q(token | every other token) at every position."""
 
   def setup(self):
     self.embeddings = embeddings_block(self)
@@ -263,12 +254,9 @@ class MaskedLM(_Network):
 
 
 class ReplaceMLM(_Network):
-  """The paper's Replace-MLM and All-Tokens-MLM ablations (section 3.2): ELECTRA's generator,
-  and a discriminator-sized masked LM (`mlm_head` as `MaskedLM`'s) that reads the generator's
-  samples instead of [MASK]. With `copy_mechanism` (All-Tokens MLM) a `copy_head` gives each
-  token the probability D that the output is its input: the paper's "copy probability ... using
-  a sigmoid layer".
-  """
+  """The paper's Replace-MLM and All-Tokens-MLM ablations: ELECTRA's generator and a
+  discriminator-sized masked LM (`mlm_head` as `MaskedLM`'s) reading its samples. With
+  `copy_mechanism` (All-Tokens MLM) a `copy_head` gives each token its copy probability's logit."""
   copy_mechanism: bool = False
 
   def setup(self):

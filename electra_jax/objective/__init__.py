@@ -1,14 +1,11 @@
-"""Pretraining objectives, chosen by `config.objective`, behind one interface for the train step
-(docs/layout.md names each module's job).
-
-An objective is the network it trains and two pure functions:
-  prepare(rng, input_ids, config, special) -> Prepared
-      draws everything random about the inputs for the whole batch (masks, random tokens,
-      sampling keys) and the whole-batch counts that normalise the loss;
+"""Pretraining objectives, chosen by `config.objective`, behind one interface: the train step
+calls them through `draw` and `partial_loss` below and never asks which runs. An objective is
+the network it trains and two pure functions:
+  prepare(rng, input_ids, config, special) -> Prepared: everything random about the whole
+      batch's inputs (masks, random tokens, sampling keys) and the counts that normalise the loss;
   partial_loss(apply_fn, params, batch, prepared, dropout_rng, config, train, special, auc)
       -> (loss, stats): the loss of `batch` (the whole batch, or a micro-batch with the matching
       rows of `prepared`) as its share of the batch's, and sums and counts for `summarize`.
-The train step calls them through `draw` and `partial_loss` below and never asks which runs.
 Adding one: its module beside these, an entry in OBJECTIVES, its FLOPs in training/flops.py and
 what it exports in hf/exporting.EXPORTED.
 """
@@ -17,7 +14,7 @@ import functools
 from typing import Callable, NamedTuple
 
 import jax
-import ml_collections
+from ml_collections import ConfigDict
 
 from electra_jax.model import networks as model_lib
 from electra_jax.objective import all_tokens_mlm, electra, electric, mlm, replace_mlm, unigram
@@ -47,16 +44,15 @@ OBJECTIVES = {
 UNIGRAM_ELECTRA = Objective(model_lib.Discriminator, unigram.prepare, unigram.partial_loss, True)
 
 
-def get(config: ml_collections.ConfigDict) -> Objective:
+def get(config: ConfigDict) -> Objective:
   return UNIGRAM_ELECTRA if config.generator_kind == 'unigram' else OBJECTIVES[config.objective]
 
 
-def prepare(rng, input_ids, config: ml_collections.ConfigDict,
-            special: SpecialIds = SpecialIds()) -> Prepared:
+def prepare(rng, input_ids, config: ConfigDict, special: SpecialIds = SpecialIds()) -> Prepared:
   return get(config).prepare(rng, input_ids, config, special)
 
 
-def draw(rng, input_ids, config: ml_collections.ConfigDict,
+def draw(rng, input_ids, config: ConfigDict,
          special: SpecialIds = SpecialIds()) -> tuple[Prepared, jax.Array]:
   """What a step with key `rng` draws: the prepared inputs and the key its dropout derives from
   (train step, eval step and `loss` alike, so a test can rebuild a step's masked inputs)."""
@@ -64,14 +60,13 @@ def draw(rng, input_ids, config: ml_collections.ConfigDict,
   return prepare(prepare_rng, input_ids, config, special), dropout_rng
 
 
-def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng,
-                 config: ml_collections.ConfigDict, train: bool = True,
-                 special: SpecialIds = SpecialIds(), auc: bool = False):
+def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng, config: ConfigDict,
+                 train: bool = True, special: SpecialIds = SpecialIds(), auc: bool = False):
   return get(config).partial_loss(apply_fn, params, batch, prepared, dropout_rng, config, train,
                                   special, auc)
 
 
-def loss(apply_fn, params, batch, rng, config: ml_collections.ConfigDict, train: bool = True,
+def loss(apply_fn, params, batch, rng, config: ConfigDict, train: bool = True,
          special: SpecialIds = SpecialIds(), auc: bool = False):
   """The objective's loss of one whole batch and its statistics; `train` turns dropout on, `auc`
   adds the discriminator's exact ROC AUC (objectives with one)."""

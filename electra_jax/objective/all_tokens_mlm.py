@@ -1,28 +1,18 @@
-"""The paper's 'All-Tokens MLM' ablation (Clark et al., 2020, section 3.2, Table 5: 84.3 GLUE).
+"""The paper's 'All-Tokens MLM' ablation (section 3.2; docs/training.md has the formulas).
 
-Replace MLM whose discriminator-sized network predicts EVERY token, with the paper's copy
-mechanism: a sigmoid layer gives each token a copy probability D_t, and the output puts D_t on
-the input token plus (1 - D_t) times the MLM softmax:
+Replace MLM whose discriminator-sized network predicts EVERY token with the paper's copy
+mechanism, a sigmoid copy probability D_t:
 
   p(x_t | x_corrupt) = D_t * 1[x_t == input_t] + (1 - D_t) * softmax(logits_t)[x_t]
 
-with x_t the original token and input_t the token the network reads at t (a sample where one
-replaced it). Per batch, over the non-padding tokens T ([CLS]/[SEP] included: every token):
-
-  MLM_all = -sum_{t in T} log p(x_t | x_corrupt) / |T|
-  copy    =  sum_{t in T} BCE(D_t, 1[input_t == x_t]) / |T|
-  loss    = gen_weight * MLM_gen + MLM_all + copy_weight * copy
-
-The copy loss is ours: the paper names no loss for D besides the likelihood. It is ELECTRA's
-replaced-token loss with D = P(original): a direct signal where the likelihood's gradient on D
-is weak (the softmax already favours the input token), making the model literally the paper's
-"combination of BERT and ELECTRA"; config.copy_weight=0 leaves the bare likelihood. Metrics: as
-`replace_mlm`'s, disc_mlm_* over every token (argmax of p), copy_loss and copy_accuracy.
+The copy loss (config.copy_weight; 0 leaves the bare likelihood) is ours: ELECTRA's
+replaced-token loss with D = P(original), a direct signal where the likelihood's gradient on D
+is weak (the softmax already favours the input token).
 """
 
 import jax
 import jax.numpy as jnp
-import ml_collections
+from ml_collections import ConfigDict
 import optax
 
 from electra_jax.objective import electra, replace_mlm
@@ -49,15 +39,14 @@ def mixture_argmax(logits, copy_logits, input_ids):
   return jnp.argmax(probs, axis=-1)
 
 
-def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng,
-                 config: ml_collections.ConfigDict, train: bool = True,
-                 special: SpecialIds = SpecialIds(), auc: bool = False):
+def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng, config: ConfigDict,
+                 train: bool = True, special: SpecialIds = SpecialIds(), auc: bool = False):
   """gen_weight * MLM_gen + MLM_all + copy_weight * copy of `batch` as its share of the batch's."""
   del auc  # no replaced-token detector
   gen_rng, disc_rng = jax.random.split(dropout_rng)
   variables, input_ids = {'params': params}, batch['input_ids']
   input_mask = (input_ids != special.pad).astype(jnp.float32)
-  gen_logits, sampled, fake_ids, replaced = replace_mlm.generate_and_replace(
+  gen_logits, mlm_loss, sampled, fake_ids, replaced = electra.generate_and_replace(
       apply_fn, variables, batch, prepared, gen_rng, config, train)
   every_position = jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape)
   logits, copy_logits = apply_fn(variables, fake_ids, batch['segment_ids'], every_position,
@@ -69,8 +58,9 @@ def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng,
   copy_loss = jnp.sum(optax.sigmoid_binary_cross_entropy(copy_logits, original)
                       * input_mask) / count
 
-  stats = replace_mlm.generator_stats(gen_logits, sampled, prepared, replaced, input_mask)
-  loss = config.gen_weight * stats['mlm_loss'] + all_mlm_loss + config.copy_weight * copy_loss
+  stats = replace_mlm.generator_stats(mlm_loss, gen_logits, sampled, prepared, replaced,
+                                      input_mask)
+  loss = config.gen_weight * mlm_loss + all_mlm_loss + config.copy_weight * copy_loss
   hits = mixture_argmax(logits, copy_logits, fake_ids) == input_ids
   stats.update({
       'loss': loss, 'disc_mlm_loss': all_mlm_loss, 'copy_loss': copy_loss,

@@ -1,30 +1,23 @@
-"""Electric: ELECTRA as an energy-based cloze model (Clark et al., 2020, "Pre-Training
-Transformers as Energy-Based Cloze Models"), as the original's electric_objective computes it.
-
-The two-tower generator (model.Electric) learns q(x_t | every other token) by its cross-entropy
-at every candidate token. At the selected positions (15%) a sample of q replaces the token;
-nothing is [MASK]ed. The discriminator is a noise-contrastive classifier; its logit at t is
+"""Electric: ELECTRA as an energy-based cloze model (Clark et al., 2020), as the original's
+electric_objective computes it (docs/training.md). The discriminator's logit at t is
 
   s_t = head_t + stop_gradient(log q(x̃_t | context)) + log(mask_prob / (1 - mask_prob)),
 
-x̃ the corrupted text, the last term NCE's log k for k = mask_prob / (1 - mask_prob) noise
-samples per data token. Its label is 1 at every selected position, even where the sample
-equals the original (it is still a draw from the noise distribution), 0 elsewhere. Loss:
-gen_weight * cloze + disc_weight * mean BCE(s_t, label) over the real tokens.
+the last term NCE's log k for k noise samples per data token; its label is 1 at every selected
+position, even where the sample equals the original (still a draw from the noise).
 """
 
 import math
 
 import jax
 import jax.numpy as jnp
-import ml_collections
+from ml_collections import ConfigDict
 
 from electra_jax.objective import electra, masking
 from electra_jax.objective.masking import Prepared, SpecialIds
 
 
-def prepare(rng, input_ids, config: ml_collections.ConfigDict,
-            special: SpecialIds = SpecialIds()) -> Prepared:
+def prepare(rng, input_ids, config: ConfigDict, special: SpecialIds = SpecialIds()) -> Prepared:
   """The positions to replace (nothing is [MASK]ed) and the sampling keys. Its `mlm_count` is
   the number of candidate tokens, the cloze loss's denominator."""
   select_rng, sample_rng = jax.random.split(rng)
@@ -35,9 +28,8 @@ def prepare(rng, input_ids, config: ml_collections.ConfigDict,
                   masking.count_tokens(input_ids, special))
 
 
-def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng,
-                 config: ml_collections.ConfigDict, train: bool = True,
-                 special: SpecialIds = SpecialIds(), auc: bool = False):
+def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng, config: ConfigDict,
+                 train: bool = True, special: SpecialIds = SpecialIds(), auc: bool = False):
   """gen_weight * cloze + disc_weight * NCE of `batch` as its share of the whole batch's."""
   gen_rng, disc_rng = jax.random.split(dropout_rng)
   input_ids, segment_ids = batch['input_ids'], batch['segment_ids']
@@ -52,9 +44,7 @@ def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng,
   cloze_loss = jnp.sum(cloze_nll * is_candidate) / jnp.maximum(prepared.mlm_count, 1.0)
 
   at_selected = jnp.take_along_axis(cloze_logits, selected.positions[..., None], axis=1)
-  sampled = masking.sample_replacements(
-      prepared.sample_keys, at_selected, masking.sampling_temperature(prepared, config),
-      config.sampler)
+  sampled = masking.draw_replacements(prepared, at_selected, config)
   noisy_ids, _ = masking.replace_and_label(input_ids, selected, sampled)
   labels = masking.scatter(jnp.zeros_like(input_ids), selected.positions,
                            jnp.ones_like(selected.positions), selected.weights > 0)

@@ -65,13 +65,9 @@ SPAN_MAX_WORDS = 10
 
 def select_positions(rng, input_ids, mask_prob: float, special: SpecialIds = SpecialIds(),
                      selection: str = 'token') -> Masked:
-  """The positions to predict among the `candidates`, the input unchanged.
-
-  Each sequence predicts max(1, min(N, round(num_tokens * mask_prob))) tokens, num_tokens
-  counting [CLS]/[SEP]; 'whole_word' and 'span' may predict fewer when no word left fits.
-  Deliberate difference from the original: positions are drawn WITHOUT replacement (top-N of
-  uniform scores), where the original's sampling with replacement allowed duplicates.
-  """
+  """The positions to predict among the `candidates`, the input unchanged: per sequence
+  max(1, min(N, round(num_tokens * mask_prob))), num_tokens counting [CLS]/[SEP] ('whole_word'
+  and 'span' may take fewer), drawn without replacement, unlike the original's."""
   batch, length = input_ids.shape
   slots = num_slots(length, mask_prob)
   is_candidate = candidates(input_ids, special)
@@ -90,11 +86,8 @@ def select_positions(rng, input_ids, mask_prob: float, special: SpecialIds = Spe
 
 
 def word_numbers(input_ids, special: SpecialIds):
-  """[B, L] the word each candidate token belongs to, from 0 in each sequence; -1 elsewhere.
-
-  A word starts at a piece the vocabulary marks (sentencepiece's '▁', a WordPiece piece without
-  '##') and at any candidate after a non-candidate, so a word never spans a special token.
-  """
+  """[B, L] the word (from 0 in each sequence) of each candidate token, -1 elsewhere. A word
+  starts at a piece the vocabulary marks ('▁', or no '##') and after any non-candidate."""
   if not special.word_starts:
     raise ValueError('whole-word and span masking need the vocabulary\'s word starts: build '
                      'SpecialIds with word_starts=data.vocab.word_starts(vocab)')
@@ -106,12 +99,8 @@ def word_numbers(input_ids, special: SpecialIds):
 
 
 def select_words(rng, input_ids, budget, slots: int, special: SpecialIds, selection: str):
-  """[B, L] True at the tokens of the selected words, at most `budget` [B] (<= `slots`) each.
-
-  'whole_word' is BERT's --do_whole_word_mask: the words in a random order, each taken if its
-  tokens still fit. 'span' is SpanBERT's: spans of span_lengths() words from uniformly drawn
-  starting words not yet selected, each cut to the words that still fit.
-  """
+  """[B, L] True at the tokens of the selected words, at most `budget` [B] (<= `slots`) each:
+  'whole_word' as BERT's --do_whole_word_mask, 'span' as SpanBERT's."""
   words = word_numbers(input_ids, special)
   batch, length = words.shape
   rows = jnp.arange(batch)[:, None]
@@ -128,8 +117,8 @@ def select_words(rng, input_ids, budget, slots: int, special: SpecialIds, select
 
 
 def _shuffled_words(rng, sizes, budget):
-  """[B, W] the words taken when each sequence's words, in a random order, are taken while
-  their tokens fit; a word that does not fit is passed over for the next."""
+  """[B, W] the words taken, in a random order, while their tokens fit; one that does not fit
+  is passed over for the next."""
   batch, num_words = sizes.shape
   scores = jnp.where(sizes > 0, jax.random.uniform(rng, sizes.shape), -1.0)
   order = jnp.argsort(-scores, axis=1)
@@ -151,8 +140,9 @@ def span_lengths(rng, shape, p: float = SPAN_P, max_words: int = SPAN_MAX_WORDS)
 
 
 def _spans(rng, sizes, budget, num_attempts: int):
-  """[B, W] the words of SpanBERT-style spans, from `num_attempts` draws (one per slot is
-  enough: every accepted span adds a token). A start already selected is passed over."""
+  """[B, W] the words of spans of `span_lengths` words from uniformly drawn starts, each cut to
+  what still fits; a start already selected is passed over. One attempt per slot is enough:
+  every accepted span adds a token."""
   batch, num_words = sizes.shape
   length_rng, start_rng = jax.random.split(rng)
   lengths = span_lengths(length_rng, (num_attempts, batch))
@@ -232,23 +222,20 @@ def scheduled_temperature(config, step) -> jax.Array | None:
   return config.temperature_start + (config.temperature - config.temperature_start) * progress
 
 
-def sampling_temperature(prepared: Prepared, config) -> jax.Array | float:
-  """The temperature this batch's replacements are drawn at."""
-  return config.temperature if prepared.temperature is None else prepared.temperature
+def draw_replacements(prepared: Prepared, logits, config):
+  """`sample_replacements` with the batch's keys, at its scheduled or configured temperature."""
+  temperature = config.temperature if prepared.temperature is None else prepared.temperature
+  return sample_replacements(prepared.sample_keys, logits, temperature, config.sampler)
 
 
 SAMPLERS = ('categorical', 'inverse_cdf')
 
 
 def sample_replacements(keys, logits, temperature: float, sampler: str = 'categorical'):
-  """Tokens drawn from softmax(logits / temperature), one key per sequence (so gradient
-  accumulation reproduces the full batch exactly); no gradient flows.
-
-  'categorical' puts Gumbel noise on every vocabulary entry ([B, P, V] random numbers).
-  'inverse_cdf' finds one uniform per slot in the cumulative softmax: the same distribution (up
-  to float32 rounding, ~1e-7 of the total), other draws, and ~7% of an ELECTRA-Small step less
-  on a CPU, where threefry's bits are costly (docs/performance.md).
-  """
+  """Tokens drawn from softmax(logits / temperature) without gradient, one key per sequence (so
+  gradient accumulation reproduces the full batch). 'categorical': Gumbel noise on every entry.
+  'inverse_cdf': one uniform per slot in the cumulative softmax, the same distribution (to
+  float32 rounding, ~1e-7 of the total) in other draws, ~7% of a CPU step less."""
   logits = jax.lax.stop_gradient(logits) / temperature
   if sampler == 'categorical':
     draw = lambda key, seq_logits: jax.random.categorical(key, seq_logits, axis=-1)
@@ -260,12 +247,9 @@ def sample_replacements(keys, logits, temperature: float, sampler: str = 'catego
 
 
 def _inverse_cdf_draw(key, seq_logits):
-  """[P] tokens for one sequence's [P, V] logits: token i where cdf[i-1] <= u * total < cdf[i].
-
-  In two levels, blocks of ~sqrt(V) entries then a token within the block, so that no [P, V]
-  cumulative sum is taken (XLA:CPU's is slower than the exponentials; 162 ms for [16, 20, 32768]
-  on a busy core). The same tokens as one cumsum over V, up to float32 rounding.
-  """
+  """[P] tokens for one sequence's [P, V] logits: token i where cdf[i-1] <= u * total < cdf[i],
+  found in blocks of ~sqrt(V) entries, then within the block: XLA:CPU's [P, V] cumsum is slower
+  than the exponentials (162 ms for [16, 20, 32768] on a busy core)."""
   vocab = seq_logits.shape[-1]
   block = 1 << max(0, math.ceil(math.log2(math.sqrt(vocab))))
   blocks = -(-vocab // block)
@@ -296,12 +280,9 @@ def last_positive(weights):
 
 
 def unigram_replacements(rng, input_ids, shape, special: SpecialIds = SpecialIds()):
-  """Tokens [shape] drawn from the unigram distribution of the text in `input_ids`.
-
-  Each is the token at a uniformly drawn candidate position of the whole batch: the batch's
-  unigram frequency, and so the data's, exactly when every example holds as many candidates
-  (packed examples nearly all do). Draws in one batch share its counts.
-  """
+  """Tokens [shape] drawn from the batch's unigram distribution: each is the token at a
+  uniformly drawn candidate position (the data's frequency where every example holds as many
+  candidates, as packed ones nearly all do)."""
   flat = input_ids.ravel()
   is_candidate = candidates(flat, special)
   # Candidate positions first, in order: a stable sort on "is not a candidate".

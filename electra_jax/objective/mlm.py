@@ -5,14 +5,13 @@ at the selected positions. The cross-entropy and accuracy here are also the ELEC
 
 import jax
 import jax.numpy as jnp
-import ml_collections
+from ml_collections import ConfigDict
 
 from electra_jax.objective import masking
 from electra_jax.objective.masking import Masked, Prepared, SpecialIds
 
 
-def prepare(rng, input_ids, config: ml_collections.ConfigDict,
-            special: SpecialIds = SpecialIds()) -> Prepared:
+def prepare(rng, input_ids, config: ConfigDict, special: SpecialIds = SpecialIds()) -> Prepared:
   """BERT masking for the whole batch; nothing is sampled, so there are no sample keys."""
   masked = masking.bert_mask_inputs(rng, input_ids, config.mask_prob, config.model.vocab_size,
                                     special, selection=config.masking)
@@ -33,9 +32,8 @@ def accuracy_counts(logits, masked: Masked):
   return {'mlm_correct': jnp.sum(hits), 'mlm_count': jnp.sum(masked.weights)}
 
 
-def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng,
-                 config: ml_collections.ConfigDict, train: bool = True,
-                 special: SpecialIds = SpecialIds(), auc: bool = False):
+def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng, config: ConfigDict,
+                 train: bool = True, special: SpecialIds = SpecialIds(), auc: bool = False):
   """The MLM loss of `batch` (the whole batch or a micro-batch) as its share of the batch's."""
   del config, special, auc  # the masking already happened in `prepare`; no discriminator
   masked = prepared.masked

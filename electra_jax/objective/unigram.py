@@ -1,22 +1,19 @@
 """ELECTRA with a unigram generator (config.generator_kind='unigram'; the paper's section 3.2).
 
 No generator network: each selected position gets a draw from the data's unigram distribution
-(`masking.unigram_replacements`), the paper's weakest generator (Figure 3, left: "Unigram"),
-whose replacements carry no context. Nothing reads [MASK], so none is written. Everything else
-is ELECTRA's (selection, labels, the RTD loss at every token weighted by disc_weight), and the
-network is `model.Discriminator`, read by fine-tuning and export as an ELECTRA run.
+(`masking.unigram_replacements`); nothing reads [MASK], so none is written. The rest is
+ELECTRA's, on `model.Discriminator`, which fine-tuning and export read as an ELECTRA run.
 """
 
 import jax
 import jax.numpy as jnp
-import ml_collections
+from ml_collections import ConfigDict
 
 from electra_jax.objective import electra, masking
 from electra_jax.objective.masking import Prepared, SpecialIds
 
 
-def prepare(rng, input_ids, config: ml_collections.ConfigDict,
-            special: SpecialIds = SpecialIds()) -> Prepared:
+def prepare(rng, input_ids, config: ConfigDict, special: SpecialIds = SpecialIds()) -> Prepared:
   """Selected positions with unigram draws written in, for the whole batch; no sample keys."""
   select_rng, draw_rng = jax.random.split(rng)
   selected = masking.select_positions(select_rng, input_ids, config.mask_prob, special,
@@ -26,9 +23,8 @@ def prepare(rng, input_ids, config: ml_collections.ConfigDict,
                   masking.count_tokens(input_ids, special))
 
 
-def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng,
-                 config: ml_collections.ConfigDict, train: bool = True,
-                 special: SpecialIds = SpecialIds(), auc: bool = False):
+def partial_loss(apply_fn, params, batch, prepared: Prepared, dropout_rng, config: ConfigDict,
+                 train: bool = True, special: SpecialIds = SpecialIds(), auc: bool = False):
   """disc_weight * RTD of `batch` as its share of the whole batch's; see `electra.partial_loss`."""
   input_ids, masked = batch['input_ids'], prepared.masked
   input_mask = (input_ids != special.pad).astype(jnp.float32)
