@@ -49,15 +49,10 @@ def start_processes():
 
 
 def connect_all_devices():
-  """One collective over all devices, which the train step's collectives then reuse.
-
-  CPU collectives (gloo) connect a group of devices at its first collective, and give up if one
-  process arrives more than 30 s after another: a fixed key-value timeout that no XLA flag
-  changes. Processes compile the train step at their own speeds and, on a busy host, finish far
-  apart. initialize() has just released them together, so the group connects now; later
-  collectives over it wait as long as they must. (multihost_utils.sync_global_devices is no
-  substitute: it gathers across processes only, a group of its own.)
-  """
+  """One collective over all devices, which the train step's collectives then reuse: CPU
+  collectives (gloo) connect a group at its first collective and give up if a process arrives
+  30 s after another (no flag changes it), and processes finish compiling far apart. initialize()
+  has just released them together. (sync_global_devices gathers over a group of its own.)"""
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from electra_jax.training import train  # pylint: disable=g-import-not-at-top

@@ -28,16 +28,10 @@ def found(patterns) -> bool:
 
 
 def keep_jax_off_absent_accelerators():
-  """Keeps JAX from probing for accelerators a host does not have, unless the user named
-  platforms (JAX_PLATFORMS).
-
-  Left alone, JAX tries every backend it knows, TPU first: it opens libtpu (or fails to) and
-  prints what reads as a failure before the command says anything (`Unable to initialize backend
-  'tpu'`, libtpu's host-bounds and lockfile errors). A Linux host with no accelerator's device
-  file runs on its CPU, so JAX is pointed there; on a GPU host JAX still finds the GPUs, and only
-  its line about the absent TPU is dropped. Compiling for a described TPU slice
-  (electra_jax.compile) loads libtpu by itself and is unaffected.
-  """
+  """Keeps JAX from probing for accelerators a host lacks (unless JAX_PLATFORMS names some):
+  left alone it tries libtpu first and prints what reads as a failure (`Unable to initialize
+  backend 'tpu'`) before the command says anything. A Linux host with no accelerator device file
+  runs on its CPU; on a GPU host only the line about the absent TPU is dropped."""
   if 'JAX_PLATFORMS' in os.environ or found(TPU_FILES):
     return
   logging.getLogger('jax._src.xla_bridge').addFilter(
@@ -51,11 +45,8 @@ def keep_jax_off_absent_accelerators():
 
 
 def flags_parser(usage: str, writes=('workdir', 'out')):
-  """An absl flags_parser that reports flag and config mistakes in one line plus the usage.
-
-  The flags named in `writes` (those of them the command defines) are directories it writes:
-  each must be one it can write in or make (storage.check_writable_dir).
-  """
+  """An absl flags_parser that reports flag and config mistakes in one line plus the usage; the
+  flags named in `writes` that the command defines must be directories it can write or make."""
   def parse(argv):
     config_path = next((a.split('=', 1)[1] for a in argv if a.startswith('--config=')), None)
     try:

@@ -222,11 +222,8 @@ RETIRED_FIELDS = {
 
 
 def check_overrides(argv, config_path: str):
-  """Raises UsageError for a `--config.a.b=...` argument naming a field the config lacks.
-
-  ml_collections reports this as a bare AttributeError deep in flag parsing; this names the
-  argument and the closest existing field.
-  """
+  """Raises UsageError, naming the closest field, for a `--config.a.b=...` the config lacks
+  (ml_collections raises a bare AttributeError deep in flag parsing)."""
   config = load_config_file(config_path)
   for arg in argv:
     if not arg.startswith('--config.'):
@@ -373,14 +370,10 @@ def flat_fields(tree: dict, prefix: str = '') -> dict:
 
 def keep_config_before_changes(config: ml_collections.ConfigDict, workdir: str,
                                step: int) -> list[str]:
-  """When a run resumes at `step` with settings other than its saved config.json's (a learning
-  rate, more steps, which also stretch the schedule), keeps that file as config.until-<step>.json
-  before config.json is rewritten, so the workdir still says how its first steps were trained.
-
-  Returns the changes, one 'field: old -> new' each. A file already kept for this step stays: it
-  describes the steps that were checkpointed, while a config.json written by an attempt that
-  saved no checkpoint since describes none.
-  """
+  """Keeps config.json as config.until-<step>.json when a run resumes at `step` with other
+  settings, so the workdir still says how its first steps were trained; returns the changes
+  ('field: old -> new'). A file already kept for this step stays: it describes the steps that
+  were checkpointed, a later attempt's config.json none."""
   path = os.path.join(workdir, 'config.json')
   if not storage.exists(path):
     return []

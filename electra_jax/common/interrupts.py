@@ -1,17 +1,10 @@
 """SIGTERM and Ctrl-C while a command trains: save, stop, and say so; a second Ctrl-C stops at once.
 Where there is nothing to save (`stops_at_once`), the first signal stops at once.
 
-A training loop asks `requested()` after each step; once it is true the loop saves a checkpoint
-of that step and returns (or raises Stopped), and the command exits with `exit_status()`: 128 +
-the signal, the status of a process those signals stopped, so that a scheduler or a shell loop
-reads the run as unfinished (an exit 0 would read as done). Ctrl-C again, while that save is
-under way, ends the process at once: what it loses is the steps since the last checkpoint, as a
-kill does.
-
-Python runs a signal handler only between bytecodes of the main thread, which may sit for
-minutes in one XLA call (a compilation). So the handlers here do nothing themselves: the
-interpreter's own low-level handler writes each signal's number to a pipe the moment it comes
-(signal.set_wakeup_fd), and a thread reading that pipe acts on it.
+A training loop asks `requested()` after each step; once true it saves that step and returns (or
+raises Stopped), and the command exits 128 + the signal, so a scheduler reads the run as
+unfinished. Python runs handlers only between bytecodes of the main thread, which may sit for
+minutes in one XLA call, so a thread reading signal.set_wakeup_fd's pipe acts on each signal.
 """
 
 import contextlib

@@ -1,14 +1,9 @@
 """One process at a time in a run's directory.
 
-Two runs started in one directory (the same command again in a second terminal, two studies
-given one --out) write the same checkpoint steps and fine-tuning seeds, trim each other's
-metrics and crash midway: two pretraining runs in one workdir both failed inside Orbax at the
-same step and left its checkpoint half-written. So a run holds its directory while it works,
-and a second one is refused before it writes anything.
-
-The lock is the kernel's (flock on the directory itself), so no file is left behind, and it ends
-with the process however the process ends: a killed or preempted run leaves nothing to clean up.
-An object store (a gs:// workdir) has no such lock; nothing guards a run there.
+Two runs in one directory write the same checkpoint steps and seeds (two pretraining runs in one
+workdir both failed inside Orbax and left a checkpoint half-written), so a second one is refused
+before it writes anything. The lock is flock on the directory itself: no file is left behind,
+and it ends with the process however that ends. A gs:// workdir has no such lock.
 """
 
 import contextlib

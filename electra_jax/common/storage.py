@@ -1,13 +1,9 @@
 """The run directory's own files, in a local directory or at a URI (gs://, s3://).
 
-On a multi-host TPU slice every host writes parts of each Orbax checkpoint, so a pod run's
-workdir is a Cloud Storage folder that all of them reach. Local paths go through the os module
-as they always have; URIs through etils.epath, which reaches object stores with fsspec (gcsfs
-for gs://, s3fs for s3://). Object stores have no rename and no append, but an object is
-replaced whole and atomically, so a file at a URI is always written in one piece.
-
-What must stay local (prepared examples, which are memory-mapped, and the vocabulary file
-sentencepiece loads) lives in data.local_dir; see training/inputs.py, local_dir.
+A pod run's workdir is a Cloud Storage folder every host reaches. URIs go through etils.epath
+(fsspec); an object store has no rename or append, but replaces an object whole, so a file there
+is always written in one piece. What must stay local (memory-mapped examples, the vocabulary
+file) lives in data.local_dir.
 """
 
 import importlib.util
@@ -111,9 +107,13 @@ def write_text(path: str, text: str):
   """Replaces `path` atomically: a local file through a temporary file and a rename."""
   if is_uri(path):
     epath.Path(path).write_text(text)
-    return
-  with open(path + '.tmp', 'w') as f:
-    f.write(text)
+  else:
+    _replace_local(path, text.encode())
+
+
+def _replace_local(path: str, data: bytes):
+  with open(path + '.tmp', 'wb') as f:
+    f.write(data)
   os.replace(path + '.tmp', path)
 
 
@@ -128,6 +128,4 @@ def copy_file(source: str, target: str):
     epath.Path(target).write_bytes(data)
     return
   os.makedirs(os.path.dirname(target) or '.', exist_ok=True)
-  with open(target + '.tmp', 'wb') as f:
-    f.write(data)
-  os.replace(target + '.tmp', target)
+  _replace_local(target, data)
