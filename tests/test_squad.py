@@ -355,6 +355,23 @@ def test_an_answer_that_does_not_match_its_context_names_the_file_and_question(t
     squad_data.read(str(tmp_path / 'missing.json'))
 
 
+def test_a_training_file_whose_answers_cover_no_sub_token_is_refused_before_compiling(
+    squad_vocab, tmp_path):
+  subset_file(tmp_path / 'part.json', articles=1, paragraphs=1)
+  data = json.loads((tmp_path / 'part.json').read_text())
+  paragraph = data['data'][0]['paragraphs'][0]
+  for qa in paragraph['qas']:  # a space: a span of the context that no sub-token covers
+    qa['answers'] = [{'text': ' ', 'answer_start': paragraph['context'].index(' ')}]
+  (tmp_path / 'none.json').write_text(json.dumps(data))
+  config = tiny_config(squad_vocab, tmp_path, task='squad_v1', train_file='none.json')
+  count = len(paragraph['qas'])
+  with pytest.raises(UsageError, match=rf"squad_v1 has nothing to train on: none of the training "
+                                       rf"file's {count} answerable questions has an answer that "
+                                       'covers a sub-token'):
+    run.fine_tune(config, str(tmp_path / 'out'))
+  assert not (tmp_path / 'out').exists()
+
+
 def cli(*args):
   env = {**os.environ, 'JAX_PLATFORMS': 'cpu', 'JAX_NUM_CPU_DEVICES': '1'}
   return subprocess.run([sys.executable, '-m', 'electra_jax.finetune', *map(str, args)], env=env,

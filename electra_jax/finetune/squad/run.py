@@ -73,6 +73,12 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
                             max_query_length=config.max_query_length,
                             doc_stride=config.doc_stride)
   train_windows, _, dropped = build(train_set, training=True)
+  if not len(train_windows.input_ids):  # every question dropped (the reader refuses none)
+    kind = '' if task.v2 else 'answerable '
+    raise UsageError(f"{task.name} has nothing to train on: none of the training file's "
+                     f'{len(train_set.questions)} {kind}questions has an answer that covers a '
+                     'sub-token of its context; pass a --config.train_file whose answers are '
+                     'words of their contexts')
   dev_windows, dev_contexts, _ = build(dev_set, training=False)
   total_steps = max(1, int(len(train_windows.input_ids) * config.num_epochs / config.batch_size))
 
