@@ -1,9 +1,6 @@
 """Corpus file formats (docs/data.md): text files' documents, their sentences and 'auto'
 detection; and files of records (JSON lines, parquet), one document in each record's text field.
-
-A book without its START or END line is refused (its header or license would be trained on as
-text), and so is text outside <doc> ... </doc>. A <doc> without </doc> is kept as if closed and
-counted ('unclosed_docs'; docs/reliability.md says why).
+What is refused, and what is read past (a <doc> without </doc>): docs/data.md, docs/reliability.md.
 """
 
 import collections
@@ -288,17 +285,12 @@ def jsonl_texts(path: str, field: str, start: int = 0, stop: int | None = None) 
       yield _text_of_record(line, path, field, offset)
 
 
-def _pyarrow(path: str):
-  """pyarrow, its parquet reader loaded: an optional package, imported only where one is read."""
+def _parquet_file(path: str):
+  """(the open file, pyarrow): an optional package, imported only where parquet is read."""
   pyarrow = text.optional_module('pyarrow', f"reading '{path}'")
   importlib.import_module('pyarrow.parquet')
-  return pyarrow
-
-
-def _parquet_file(path: str):
-  pyarrow = _pyarrow(path)
   try:
-    return pyarrow.parquet.ParquetFile(path)
+    return pyarrow.parquet.ParquetFile(path), pyarrow
   except (pyarrow.ArrowException, OSError) as e:
     raise UsageError(f"cannot read '{path}' as parquet ({e}); the file is damaged or not "
                      'parquet: restore it or leave it out') from None
@@ -306,8 +298,8 @@ def _parquet_file(path: str):
 
 def row_group_ranges(path: str, field: str, unit_bytes: int) -> list[tuple[int, int]]:
   """A parquet file's row groups as ranges [first, end) of about `unit_bytes` of text each."""
-  file, types = _parquet_file(path), _pyarrow(path).types
-  schema, metadata = file.schema_arrow, file.metadata
+  file, pyarrow = _parquet_file(path)
+  schema, metadata, types = file.schema_arrow, file.metadata, pyarrow.types
   kind = schema.field(field).type if field in schema.names else None
   check_text_column(f"'{path}'", field, schema.names, kind,
                     kind is not None and (types.is_string(kind) or types.is_large_string(kind)))
@@ -325,13 +317,13 @@ def row_group_ranges(path: str, field: str, unit_bytes: int) -> list[tuple[int, 
 
 def parquet_texts(path: str, field: str, first: int, end: int) -> Iterator[str]:
   """The column `field` of a parquet file's row groups [first, end), _ROWS_PER_READ at a time."""
-  file, damage = _parquet_file(path), (_pyarrow(path).ArrowException, OSError)
+  file, pyarrow = _parquet_file(path)
   row = sum(file.metadata.row_group(g).num_rows for g in range(first))
   batches = file.iter_batches(_ROWS_PER_READ, row_groups=range(first, end), columns=[field])
   while True:
     try:
       batch = next(batches, None)
-    except damage as e:
+    except (pyarrow.ArrowException, OSError) as e:
       raise UsageError(f"cannot read '{path}' after row {row} ({e}); the file is damaged: "
                        'restore it or leave it out') from None
     if batch is None:

@@ -8,6 +8,7 @@ an interrupted or refused preparation leaves what it would replace as it was.
 """
 
 import collections
+import contextlib
 from collections.abc import Iterable, Iterator, Sequence
 import dataclasses
 import functools
@@ -82,11 +83,11 @@ def _tokenized(documents: Iterable[list[str]], vocab, counts: dict) -> Iterator[
 def pack_unit(task: _Task) -> dict:
   """Tokenizes and packs one unit into its shard; returns the shard's entry and counts."""
   vocab = _vocab(task.vocab_path, task.vocab_sha256)
-  counts = {'documents': 0, 'tokens': 0}
-  notes = collections.Counter()
+  # Documents and tokens read, and the flaws read past (formats.py: 'unclosed_docs').
+  counts = collections.Counter(documents=0, tokens=0, unclosed_docs=0)
   dtype = store.record_dtype(task.max_seq_length, task.ids_dtype)
   rng = np.random.default_rng([task.seed, task.source_index, task.unit_index])
-  documents = _tokenized(sources_lib.read_unit(task.unit, notes), vocab, counts)
+  documents = _tokenized(sources_lib.read_unit(task.unit, counts), vocab, counts)
   pairs = packing.PACKINGS[task.unit.packing](documents, task.max_seq_length, rng)
   rows = packing.packed_rows(pairs, dtype, vocab.cls_id, vocab.sep_id)
   rows['check'] = store.row_checks(rows, task.shard_index, np.arange(len(rows)))
@@ -95,7 +96,6 @@ def pack_unit(task: _Task) -> dict:
   entry['source'] = task.source_index
   counts['padding'] = int(np.sum(ids == vocab.pad_id))
   counts['specials'] = int(np.sum((ids == vocab.cls_id) | (ids == vocab.sep_id)))
-  counts['unclosed_docs'] = notes['unclosed_docs']
   return {'entry': entry, 'counts': counts}
 
 
@@ -190,19 +190,15 @@ def prepare_split(sources: Sequence[sources_lib.Source],
                      '--config.max_seq_length to at least 5 (e.g. 128)')
   flat = [(s, u, unit) for s, source_units in enumerate(units)
           for u, unit in enumerate(source_units)]
-  _remove_dead_stages(out_dir)  # a killed main's, beside its cached split
-  tmp_dir = f'{out_dir}.incomplete{os.getpid()}'
-  shutil.rmtree(tmp_dir, ignore_errors=True)
-  os.makedirs(tmp_dir)
   ids_dtype = store.ids_dtype_for(vocab.size)
   vocab_sha256 = vocab_lib.vocab_fingerprint(vocab)
-  tasks = [_Task(unit, s, u, os.path.join(tmp_dir, store.shard_name(i, len(flat))), i,
-                 vocab.model_path, vocab_sha256, max_seq_length, seed, ids_dtype)
-           for i, (s, u, unit) in enumerate(flat)]
-  workers = min(workers or os.cpu_count() or 1, len(tasks))
-  start = time.perf_counter()
-  results = [None] * len(tasks)
-  try:
+  with _staging(out_dir) as tmp_dir:
+    tasks = [_Task(unit, s, u, os.path.join(tmp_dir, store.shard_name(i, len(flat))), i,
+                   vocab.model_path, vocab_sha256, max_seq_length, seed, ids_dtype)
+             for i, (s, u, unit) in enumerate(flat)]
+    workers = min(workers or os.cpu_count() or 1, len(tasks))
+    start = time.perf_counter()
+    results = [None] * len(tasks)
     with tqdm.tqdm(total=len(tasks), desc=f'preparing {name}', unit='unit', file=sys.stderr,
                    disable=None, dynamic_ncols=True) as bar:
       for index, result in _run(tasks, workers):
@@ -230,8 +226,6 @@ def prepare_split(sources: Sequence[sources_lib.Source],
         'shards': [r['entry'] for r in results]}
     store.write_manifest(tmp_dir, manifest)
     move_into_place(tmp_dir, out_dir)
-  finally:
-    shutil.rmtree(tmp_dir, ignore_errors=True)
   _warn_of_flaws(name, tasks, results, empty_files)
   _warn_of_packing(name, tasks, counts)
   logging.info('%s: %d documents, %d tokens -> %d examples of %d tokens (%d tokens kept: %.1f%%; '
@@ -370,9 +364,11 @@ def _alive(pid: int) -> bool:
   return True
 
 
-def _remove_dead_stages(out: str) -> None:
-  """Removes `out`'s staging folders whose process is gone (a killed preparation's); a folder
-  of a live process is its own to finish or remove."""
+@contextlib.contextmanager
+def _staging(out: str) -> Iterator[str]:
+  """A new folder beside `out` to make things in, removed at the end (moved in or not). First
+  removes the folders of preparations that ended unfinished (killed: their process is gone);
+  a folder of a live process is its own to finish or remove."""
   prefix = f'{os.path.normpath(out)}.incomplete'
   dead = [path for path in sorted(glob.glob(glob.escape(prefix) + '*'))
           if path[len(prefix):].isdigit() and not _alive(int(path[len(prefix):]))]
@@ -381,6 +377,13 @@ def _remove_dead_stages(out: str) -> None:
   if dead:
     logging.info('removed %d staging folder(s) of preparations that ended unfinished (killed): '
                  '%s', len(dead), ', '.join(dead))
+  stage = f'{prefix}{os.getpid()}'
+  shutil.rmtree(stage, ignore_errors=True)
+  os.makedirs(stage)
+  try:
+    yield stage
+  finally:
+    shutil.rmtree(stage, ignore_errors=True)
 
 
 def prepare_dataset(config, out: str, *, overwrite: bool = False) -> dict[str, dict]:
@@ -398,16 +401,9 @@ def prepare_dataset(config, out: str, *, overwrite: bool = False) -> dict[str, d
   # Held throughout: two preparations into one `out` would each move their own vocabulary and
   # splits in at the end, and finishing interleaved could pair one's vocabulary with the
   # other's examples.
-  with run_lock.only_run_in(out, 'preparation', create=True):
-    _remove_dead_stages(out)
-    stage = f'{os.path.normpath(out)}.incomplete{os.getpid()}'
-    shutil.rmtree(stage, ignore_errors=True)
-    os.makedirs(stage)
-    try:
-      manifests = _prepare_into(config, out, stage, specs, overwrite)
-      _move_stage_into(stage, out)
-    finally:
-      shutil.rmtree(stage, ignore_errors=True)
+  with run_lock.only_run_in(out, 'preparation', create=True), _staging(out) as stage:
+    manifests = _prepare_into(config, out, stage, specs, overwrite)
+    _move_stage_into(stage, out)
   return manifests
 
 

@@ -17,6 +17,7 @@ import os
 
 import numpy as np
 
+from electra_jax.common import storage
 from electra_jax.common.errors import UsageError
 
 FORMAT = 1                 # Bump when the layout changes; older directories are refused.
@@ -55,11 +56,8 @@ def shard_name(index: int, count: int) -> str:
 
 
 def file_sha256(path: str) -> str:
-  digest = hashlib.sha256()
   with open(path, 'rb') as f:
-    while chunk := f.read(1 << 22):
-      digest.update(chunk)
-  return digest.hexdigest()
+    return hashlib.file_digest(f, 'sha256').hexdigest()
 
 
 def write_shard(path: str, rows: np.ndarray) -> dict:
@@ -73,10 +71,7 @@ def write_shard(path: str, rows: np.ndarray) -> dict:
 
 
 def write_manifest(directory: str, manifest: dict) -> None:
-  path = os.path.join(directory, MANIFEST)
-  with open(path + '.tmp', 'w') as f:
-    json.dump(manifest, f, indent=1)
-  os.replace(path + '.tmp', path)
+  storage.write_text(os.path.join(directory, MANIFEST), json.dumps(manifest, indent=1))
 
 
 def check_local(directory: str, setting: str) -> None:
