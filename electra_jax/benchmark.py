@@ -15,6 +15,7 @@ step's dtype, measured in the same process.
 import json
 import statistics
 import time
+import timeit
 
 from absl import app, flags
 import jax
@@ -74,11 +75,7 @@ def device_peak(dtype, matmul_size: int) -> tuple[float | None, str]:
     x = jnp.ones((matmul_size, matmul_size), dtype)
     matmul = jax.jit(lambda a: a @ a)
     jax.block_until_ready(matmul(x))  # compiles
-    best = float('inf')
-    for _ in range(5):
-      start = time.perf_counter()
-      jax.block_until_ready(matmul(x))
-      best = min(best, time.perf_counter() - start)
+    best = min(timeit.repeat(lambda: jax.block_until_ready(matmul(x)), number=1, repeat=5))
     return (2 * matmul_size**3 / best, f'measured: best {jnp.dtype(dtype).name} '
             f'{matmul_size}x{matmul_size} matmul in this process')
   peak = flops.table_peak_flops(devices[0].device_kind)

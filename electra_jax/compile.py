@@ -4,12 +4,10 @@ python -m electra_jax.compile --config=configs/base.py --topology=v4-8 [--config
 python -m electra_jax.compile --config=configs/small.py --topology=v5litepod-8 --step=finetune
 
 Nothing runs: the step training runs is compiled for the named slice (v4-8, v5litepod-8, v6e-8,
-v4-32, ...) from the same config, and one JSON line reports what it will cost there
-(training/aot.py): bytes per chip against HBM, the largest per-chip batch that fits with and
-without remat, XLA's FLOPs and bytes next to training/flops.py's, a roofline lower bound on the
-step time, the collectives, and the compile time. --step=finetune compiles the fine-tuning step
-instead (configs/finetune/glue.py's recipe on --config's model). A few lines before the JSON
-say the gist: whether it fits, what bounds the step, the MFU ceiling.
+v4-32, ...) from the same config. A few lines say whether it fits, what bounds the step and the
+MFU ceiling; one JSON line after them says what it will cost there (docs/tpu.md lists its parts).
+--step=finetune compiles the fine-tuning step instead (configs/finetune/glue.py on --config's
+model).
 """
 
 import json

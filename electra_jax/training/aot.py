@@ -87,8 +87,7 @@ def slice_devices(name: str) -> Slice:
         num_slices=1)
   except Exception as e:  # pylint: disable=broad-except  (libtpu absent or refusing: say which)
     if 'lockfile' in str(e):
-      # One process per host may load libtpu, and any JAX program without JAX_PLATFORMS=cpu
-      # does. Compiling uses no TPU, so a second load is safe; removing the lockfile is not.
+      # A second load is safe, as compiling uses no TPU; removing the lockfile is not.
       raise UsageError(
           f'cannot describe the TPU slice {name}: another process on this host holds libtpu '
           '(/tmp/libtpu_lockfile), e.g. a JAX program started without JAX_PLATFORMS=cpu; run '
@@ -182,9 +181,7 @@ def compile_pretrain(config, devices, hbm_bytes: int):
 
 
 def with_batch(config, batch_size: int, **overrides) -> ml_collections.ConfigDict:
-  c = ml_collections.ConfigDict(config.to_dict())
-  c.update(batch_size=batch_size, **overrides)
-  return c
+  return ml_collections.ConfigDict({**config.to_dict(), 'batch_size': batch_size, **overrides})
 
 
 def largest_batch(config, devices, hbm_bytes: int, limit: int = 1 << 14) -> dict:
@@ -244,7 +241,6 @@ def analyse(compiled, seconds: float, state, data, model_flops: float, sliced: S
             kernel_share: float = 1.0) -> dict:
   """The record of one compiled step: memory, FLOPs, roofline, collectives, compile time.
   `kernel_share`: splash_share, the share of the kernels' full-shape FLOPs they compute."""
-  chips = len(sliced.devices)
   text = compiled.as_text()
   kernels = pallas_kernels(text)
   for counted_here in ('flops', 'flops_not_in_xla'):
@@ -253,7 +249,7 @@ def analyse(compiled, seconds: float, state, data, model_flops: float, sliced: S
   xla = cost(compiled)
   # XLA counts a Pallas kernel's bytes but not (mostly) its FLOPs: those come from its shapes.
   counted = {**xla, 'flops': xla['flops'] + kernels['flops_not_in_xla']}
-  model_per_chip = model_flops / chips
+  model_per_chip = model_flops / len(sliced.devices)
   return {
       'compile_s': round(seconds, 2),
       'bytes_per_chip': {**footprint(state, data), **memory(compiled, sliced.chip.hbm_bytes)},

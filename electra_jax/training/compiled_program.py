@@ -29,8 +29,6 @@ def memory(compiled, hbm_bytes: int) -> dict:
 def cost(compiled) -> dict:
   """XLA's count of one device's FLOPs and HBM bytes accessed per step."""
   analysis = compiled.cost_analysis()
-  if isinstance(analysis, (list, tuple)):  # older JAX: one dict per program
-    analysis = analysis[0]
   # XLA's keys vary by backend and version; a count it leaves out is taken as 0.
   return {'flops': float(analysis.get('flops', 0.0)),
           'bytes_accessed': float(analysis.get('bytes accessed', 0.0))}

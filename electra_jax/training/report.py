@@ -49,8 +49,7 @@ def trim_metrics_file(workdir: str, last_step: int):
   if not storage.exists(path):
     return
   lines = [line for line in io.StringIO(storage.read_text(path)) if line.strip()]
-  complete = [line for line in lines if line.endswith('\n')]
-  kept = [line for line in complete if json.loads(line)['step'] <= last_step]
+  kept = [line for line in lines if line.endswith('\n') and json.loads(line)['step'] <= last_step]
   if len(kept) != len(lines):
     storage.write_text(path, ''.join(kept))
 
