@@ -257,13 +257,12 @@ def check_allowed(config, allowed: dict[str, str | tuple]):
   as FIELDS writes them) whose value in `config` lies outside it. A value left unset (None), and
   a field this config has not (fine-tuning's configs differ by task family), are skipped."""
   for name, what in allowed.items():
-    *parents, leaf = name.split('.')
-    node = config
-    for part in parents:
-      node = node[part] if part in node else {}
-    if not what or leaf not in node or node[leaf] is None:
+    try:
+      value = config[name]
+    except KeyError:
       continue
-    value = node[leaf]
+    if not what or value is None:
+      continue
     if isinstance(what, tuple):
       if value not in what:
         raise UsageError(f"config.{name}={value!r}: use one of {', '.join(what)}")
@@ -303,13 +302,8 @@ def upgrade(saved: dict) -> ml_collections.ConfigDict:
   defaults (the value runs had before the field existed), then `resolve`."""
   config = default_config()
   known = flat_fields(config.to_dict())
-  for name, value in flat_fields(saved).items():
-    if name in known:  # a retired field is dropped
-      *parents, leaf = name.split('.')
-      node = config
-      for parent in parents:
-        node = node[parent]
-      node[leaf] = value
+  config.update_from_flattened_dict({name: value for name, value in flat_fields(saved).items()
+                                     if name in known})  # a retired field is dropped
   return resolve(config)
 
 

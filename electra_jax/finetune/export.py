@@ -11,18 +11,17 @@ import jax
 import ml_collections
 import orbax.checkpoint as ocp
 
+from electra_jax.common import storage
 from electra_jax.common.errors import UsageError
 from electra_jax.finetune import init as finetune_init, loop, settings
 from electra_jax.finetune.glue import tasks
 from electra_jax.hf import (exporting, files, model_card, model_config, modern as hf_modern,
                             params as params_lib, tokenizer)
 
-SQUAD_TASKS = ('squad_v1', 'squad_v2')
-
 
 def network_of(config: ml_collections.ConfigDict) -> str:
   """The exported network (params.NETWORKS) of a fine-tuning run, or a refusal naming why."""
-  if config.task in SQUAD_TASKS:
+  if config.task in ('squad_v1', 'squad_v2'):  # its saved, resolved name
     if config.head != 'plain':
       raise UsageError(f"the '{config.head}' QA head (end logits conditioned on the start, a beam "
                        'search) has no transformers class; fine-tune with --config.head=plain '
@@ -47,8 +46,7 @@ def is_finetuned(workdir: str) -> bool:
   path = os.path.join(workdir, 'config.json')
   if not os.path.isfile(path):
     return False
-  with open(path) as f:
-    saved = json.load(f)
+  saved = json.loads(storage.read_text(path))
   return 'task' in saved and 'seeds' in saved
 
 
@@ -56,8 +54,7 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
   path = os.path.join(workdir, 'config.json')
   if not os.path.isfile(path):
     raise UsageError(f"'{workdir}' holds no fine-tuning run (no config.json)")
-  with open(path) as f:  # an older run's lacks fields: read as their value then
-    return ml_collections.ConfigDict(settings.with_added_fields(json.load(f)))
+  return ml_collections.ConfigDict(settings.with_added_fields(json.loads(storage.read_text(path))))
 
 
 def seed_params(workdir: str, seed: int) -> tuple[dict, int]:
@@ -81,8 +78,7 @@ def seed_params(workdir: str, seed: int) -> tuple[dict, int]:
 
 def model_config_json(config: ml_collections.ConfigDict, network: str, labels: list[str],
                       vocab=None) -> dict:
-  """ElectraConfig (or ModernBertConfig) of the discriminator, as the task's class with its
-  labels."""
+  """The discriminator's ElectraConfig (or ModernBertConfig) as the task's class, with labels."""
   m = config.model
   if m.architecture == 'modern':
     hf_config = hf_modern.hf_config(m, network, m.num_layers, exporting.modern_special_ids(vocab))
@@ -105,8 +101,8 @@ def labels_of(workdir: str, network: str, config: ml_collections.ConfigDict) -> 
     return ['start', 'end']  # qa_outputs' two columns
   if network == 'sequence':  # the task's labels in the classifier's order; STS-B's one score
     return list(tasks.get_task(config.task).labels) or ['score']
-  with open(os.path.join(workdir, 'results.json')) as f:
-    return json.load(f)['labels']  # the tagger's output order
+  results = json.loads(storage.read_text(os.path.join(workdir, loop.RESULTS)))
+  return results['labels']  # the tagger's output order
 
 
 def export_seed(workdir: str, out_dir: str, seed: int, overwrite: bool = False,
@@ -128,11 +124,9 @@ def export_seed(workdir: str, out_dir: str, seed: int, overwrite: bool = False,
   files.write_model_dir(out_dir, hf_config, tensors)
   tokenizer.write_tokenizer(vocab, out_dir, model_max_length=config.max_seq_length,
                             token_types=config.model.architecture != 'modern')
-  results = os.path.join(workdir, 'results.json')
+  results = os.path.join(workdir, loop.RESULTS)
   if os.path.exists(results):  # the run has finished: the card quotes its recipe and scores
-    with open(results) as f:
-      card = model_card.finetuned_card(network, hf_config, json.load(f), seed, step,
-                                       languages, license_id)
-    with open(os.path.join(out_dir, 'README.md'), 'w', encoding='utf-8') as f:
-      f.write(card)
+    card = model_card.finetuned_card(network, hf_config, json.loads(storage.read_text(results)),
+                                     seed, step, languages, license_id)
+    storage.write_text(os.path.join(out_dir, 'README.md'), card)
   return step

@@ -10,8 +10,7 @@ from electra_jax.common.errors import UsageError
 GLUE_ONLY = ('tfds_name', 'tfds_data_dir', 'max_train_examples', 'swap_pairs', 'predict_test',
              'head_dropout', 'pooling', 'head')
 
-# Ranges of fine-tuning's own numeric fields, as resolved (a 0 taking the recipe's value);
-# head_dropout is GLUE's only. The fields it shares with pretraining are checked as FIELDS says.
+# Ranges of the numeric fields, as resolved (a 0 taking the recipe's value).
 FINE_TUNING = {'learning_rate': '(0, inf)', 'num_epochs': '(0, inf)', 'layer_decay': '(0, 1]',
                'warmup_proportion': '[0, 1]', 'head_dropout': '[0, 1)',
                # Counts and sizes, SQuAD's and chunking's too (batch sizes: against the devices).

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from electra_jax.finetune.squad.data import Context, Question, SquadSet
+from electra_jax.finetune.squad.data import Context, SquadSet
 
 
 class TokenizedContext(NamedTuple):
@@ -113,28 +113,20 @@ def build(squad: SquadSet, vocab, max_seq_length: int, max_query_length: int,
       if target is None:
         dropped += 1
         continue
-    rows += _windows(number, question, query, tokens, target, vocab, max_seq_length,
-                     doc_stride)
+    offset = len(query) + 2
+    spans = doc_spans(len(tokens.ids), max_seq_length - offset - 1, doc_stride)
+    best = best_span(len(tokens.ids), spans)
+    for index, (start, length) in enumerate(spans):
+      ids = [vocab.cls_id, *query, vocab.sep_id, *tokens.ids[start:start + length], vocab.sep_id]
+      first = last = 0  # [CLS]: the answer is not wholly in this window
+      if target is not None and target[0] >= start and target[1] < start + length:
+        first, last = target[0] - start + offset, target[1] - start + offset
+      max_context = np.zeros(max_seq_length, bool)
+      max_context[offset:offset + length] = best[start:start + length] == index
+      rows.append(dict(ids=ids, offset=offset, first=first, last=last, question=number,
+                       start=start, length=length, max_context=max_context,
+                       impossible=question.is_impossible))
   return _stack(rows, max_seq_length), contexts, dropped
-
-
-def _windows(number: int, question: Question, query: list[int], tokens: TokenizedContext,
-             target, vocab, max_seq_length: int, doc_stride: int) -> list[dict]:
-  offset = len(query) + 2
-  spans = doc_spans(len(tokens.ids), max_seq_length - offset - 1, doc_stride)
-  best = best_span(len(tokens.ids), spans)
-  rows = []
-  for index, (start, length) in enumerate(spans):
-    ids = [vocab.cls_id, *query, vocab.sep_id, *tokens.ids[start:start + length], vocab.sep_id]
-    positions = (0, 0)
-    if target is not None and target[0] >= start and target[1] < start + length:
-      positions = (target[0] - start + offset, target[1] - start + offset)
-    max_context = np.zeros(max_seq_length, bool)
-    max_context[offset:offset + length] = best[start:start + length] == index
-    rows.append(dict(ids=ids, offset=offset, positions=positions, question=number,
-                     start=start, length=length, max_context=max_context,
-                     impossible=question.is_impossible))
-  return rows
 
 
 def _stack(rows: list[dict], max_seq_length: int) -> Windows:
@@ -145,8 +137,7 @@ def _stack(rows: list[dict], max_seq_length: int) -> Windows:
     input_ids[i, :len(row['ids'])] = row['ids']
     segment_ids[i, row['offset']:len(row['ids'])] = 1  # the context and its closing [SEP]
   column = lambda key, dtype=np.int32: np.asarray([r[key] for r in rows], dtype).reshape(count)
-  positions = np.asarray([r['positions'] for r in rows], np.int32).reshape(count, 2)
-  return Windows(input_ids, segment_ids, positions[:, 0], positions[:, 1],
+  return Windows(input_ids, segment_ids, column('first'), column('last'),
                  column('impossible', np.float32), column('question'), column('start'),
                  column('offset'), column('length'),
                  np.asarray([r['max_context'] for r in rows], bool).reshape(count, max_seq_length))
