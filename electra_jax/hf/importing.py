@@ -24,8 +24,6 @@ from electra_jax.hf import bert, files, model_config, modern as hf_modern, param
 from electra_jax.model import networks
 from electra_jax.training import checkpoint, generator_modes, inputs, optim, train
 
-# What our export writes (Google's have vocab.txt); a tokenizer.json only where neither is there.
-VOCAB_FILES = ('vocab.model', 'vocab.txt', 'tokenizer.json')
 
 
 def find_model_dirs(hf_dir: str, generator_dir: str | None = None,
@@ -60,12 +58,12 @@ def find_model_dirs(hf_dir: str, generator_dir: str | None = None,
 def find_vocab(model_dirs: dict[str, files.ModelDir], vocab_path: str | None) -> str:
   if vocab_path:
     return vocab_lib.vocab_file(vocab_path)
+  # What our export writes (Google's have vocab.txt); a tokenizer.json only where neither is there.
   for model_dir in model_dirs.values():
-    for name in VOCAB_FILES:
-      if os.path.isfile(os.path.join(model_dir.path, name)):
-        return os.path.join(model_dir.path, name)
+    if found := inputs.vocab_in(model_dir.path):
+      return found
   where = ' or '.join(f"'{d.path}'" for d in model_dirs.values())
-  raise UsageError(f'no vocabulary ({" or ".join(VOCAB_FILES)}) in {where}; pass '
+  raise UsageError(f'no vocabulary ({" or ".join(vocab_lib.VOCAB_NAMES)}) in {where}; pass '
                    '--vocab=PATH with the checkpoint\'s WordPiece vocab.txt, sentencepiece '
                    '.model or tokenizer.json')
 

@@ -102,7 +102,6 @@ RENAMED = {
                 'generator_head': 'generator_head'},
 }
 RUN_OBJECTIVES = ('mlm', 'electra', 'electra_15')
-VOCAB_FILES = vocab_lib.VOCAB_NAMES  # what a Hugging Face directory of ours holds
 
 
 class Shape(NamedTuple):
@@ -189,13 +188,13 @@ def source_vocab(directory: str) -> str:
   if is_hugging_face(directory):
     if not (found := inputs.vocab_in(directory)):
       raise UsageError(f"config.generator_init='{directory}' holds no vocabulary "
-                       f"({' or '.join(VOCAB_FILES)}); put the one the generator was trained "
+                       f"({' or '.join(vocab_lib.VOCAB_NAMES)}); put the one the generator was trained "
                        'with beside its weights (export writes it there)')
     return found
   path = inputs.run_vocab_path(directory)
   if not storage.exists(path):
     raise UsageError(f"config.generator_init='{directory}' holds no vocabulary "
-                     f"({', '.join(VOCAB_FILES)}); pass a run that has trained, or a directory "
+                     f"({', '.join(vocab_lib.VOCAB_NAMES)}); pass a run that has trained, or a directory "
                      'export wrote')
   return path
 
