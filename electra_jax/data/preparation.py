@@ -31,8 +31,8 @@ from electra_jax.data import vocab as vocab_lib
 
 _LINES_PER_ENCODE = 4096  # Lines tokenized per call (sentencepiece encodes a batch in C++).
 SPLITS = ('train', 'eval')
-# A vocabulary's files: sentencepiece's model and its piece list, or a WordPiece vocab.txt.
-VOCAB_FILES = ('vocab.model', 'vocab.vocab', 'vocab.txt', 'tokenizer.json')
+# A vocabulary's files: each kind's, and the piece list sentencepiece writes beside its model.
+VOCAB_FILES = (*vocab_lib.VOCAB_NAMES, 'vocab.vocab')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -320,9 +320,10 @@ def _dataset_vocab(config, out: str, stage: str, train_sources, overwrite: bool)
   if given:
     vocab = vocab_lib.load_vocab(given)
     name = vocab_lib.vocab_name(given)
-    if existing and existing[0] == os.path.join(out, name) and vocab_lib.vocab_fingerprint(
-        vocab_lib.load_vocab(existing[0])) == vocab_lib.vocab_fingerprint(vocab):
-      return vocab_lib.load_vocab(existing[0])
+    if existing and existing[0] == os.path.join(out, name):
+      kept = vocab_lib.load_vocab(existing[0])
+      if vocab_lib.vocab_fingerprint(kept) == vocab_lib.vocab_fingerprint(vocab):
+        return kept
     if existing and not overwrite:
       raise UsageError(f"{existing[0]} differs from data.vocab_model '{given}'; pass --overwrite "
                        'to prepare everything in --out again with it, or choose another --out')

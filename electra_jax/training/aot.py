@@ -36,8 +36,10 @@ class Chip(NamedTuple):
 
 # Cloud TPU data sheets, per chip (cloud.google.com/tpu/docs/v4, /v5e, /v5p, /v6e, "System
 # architecture"). The peaks are flops.PEAK_BF16_FLOPS's, so MFU means the same thing everywhere.
-CHIPS = {'v4': Chip(32 * GIB, 275e12, 1200e9), 'v5litepod': Chip(16 * GIB, 197e12, 819e9),
-         'v5p': Chip(95 * GIB, 459e12, 2765e9), 'v6e': Chip(32 * GIB, 918e12, 1640e9)}
+CHIPS = {'v4': Chip(32 * GIB, flops.table_peak_flops('TPU v4'), 1200e9),
+         'v5litepod': Chip(16 * GIB, flops.table_peak_flops('TPU v5 lite'), 819e9),
+         'v5p': Chip(95 * GIB, flops.table_peak_flops('TPU v5p'), 2765e9),
+         'v6e': Chip(32 * GIB, flops.table_peak_flops('TPU v6 lite'), 1640e9)}
 
 # Slice shapes in chips as libtpu names them. v4 and v5p count TensorCores in the slice's name
 # (two per chip, one "megacore" device); v5e and v6e count chips. A v4/v5p host holds 2x2x1
