@@ -30,7 +30,7 @@ from electra_jax.common import config as config_lib
 from electra_jax.training import flops
 from electra_jax.data import packing, vocab as vocab_lib
 from electra_jax.common.errors import UsageError
-from electra_jax.hf import exporting, files, importing
+from electra_jax.hf import exporting, files, importing, model_config
 from electra_jax.model.networks import Electra, MaskedLM, init_params
 from electra_jax.finetune import init as finetune_init
 from electra_jax.objective import masking, mlm
@@ -334,7 +334,8 @@ def test_a_model_card_quotes_the_last_evaluation_up_to_the_exported_step(tmp_pat
   config = config_lib.default_config()
   config.objective = 'mlm'
   config.data.train_files = '/home/me/corpus/*.txt,/data/books/'
-  card = model_card.model_card('mlm', config, 89, model_card.last_evaluation(str(tmp_path), 89))
+  hf = model_config.to_hf(config.model, 'mlm')
+  card = model_card.model_card('mlm', config, hf, 89, model_card.last_evaluation(str(tmp_path), 89))
   assert ('| held-out, step 60 | discriminator ROC AUC 0.6543, masked-token accuracy 0.1235, '
           'loss 3.5000 |') in card
   assert '| training text | `*.txt`, `books` |' in card and '/home/me' not in card

@@ -136,6 +136,6 @@ def export_run(workdir: str, out_dir: str, step: int | None = None, overwrite: b
   evaluation = model_card.last_evaluation(workdir, run.step)
   for network, path in written.items():
     with open(os.path.join(path, 'README.md'), 'w', encoding='utf-8') as f:
-      f.write(model_card.model_card(network, run.config, run.step, evaluation, languages,
-                                    license_id, files.read_config(path)))
+      f.write(model_card.model_card(network, run.config, files.read_config(path), run.step,
+                                    evaluation, languages, license_id))
   return run

@@ -13,7 +13,6 @@ import ml_collections
 from electra_jax.training import flops
 from electra_jax.common import storage
 from electra_jax.common.errors import UsageError
-from electra_jax.hf import model_config
 
 # The Hub's forms: ISO 639 codes (en, fr, zh-Hant), and its license identifiers (apache-2.0,
 # cc-by-sa-4.0, other); a value outside them would be a card the Hub misreads.
@@ -132,13 +131,11 @@ def card(tags, pipeline: str | None, title: str, intro: str, class_name: str,
   return '\n'.join(front + [''] + body) + '\n'
 
 
-def model_card(network: str, config: ml_collections.ConfigDict, step: int,
-               evaluation: dict, languages: tuple[str, ...] = (), license_id: str = '',
-               hf: dict | None = None) -> str:
+def model_card(network: str, config: ml_collections.ConfigDict, hf: dict, step: int,
+               evaluation: dict, languages: tuple[str, ...] = (), license_id: str = '') -> str:
   """The README.md of the exported `network` of a run at `step`; `hf` is the config.json
-  written beside it (default: ELECTRA's for the run's model)."""
+  written beside it (ELECTRA's or ModernBERT's, as exported)."""
   title, computes, pipeline, use = NETWORKS[network]
-  hf = hf or model_config.to_hf(config.model, network)
   class_name = hf['architectures'][0]
   tokens = step * config.batch_size * config.max_seq_length
   decay = f'{config.weight_decay:g}'
