@@ -4,7 +4,6 @@ ids never crosses a document's edge, on the einsum path and on Pallas's splash k
 mode), for both architectures, global and local."""
 
 import json
-import signal
 import subprocess
 
 import jax
@@ -17,8 +16,8 @@ from electra_jax.common import config as config_lib
 from electra_jax.common.errors import UsageError
 from electra_jax.data import packing
 from electra_jax.model import layers, modern
-from test_faults import (STEPS, command, corpus, env, final_state, kill_once,  # noqa: F401
-                         logged_steps, max_abs_difference, records, run)
+from test_faults import (STEPS, command, corpus, env, final_state,  # noqa: F401
+                         killed_once_and_resumed, max_abs_difference, records, run)
 
 CLS, SEP = 2, 3
 
@@ -151,15 +150,7 @@ def test_a_run_on_prepared_document_ids_killed_mid_run_resumes_exactly(corpus, t
   assert manifest['documents'] is True
   flags = [*MODERN, f'--config.data.prepared_dir={prepared}', '--config.data.train_files=',
            '--config.data.eval_files=', '--config.data.vocab_model=']
-  reference = tmp_path / 'uninterrupted'
-  run(corpus, reference, STEPS, *flags)
-  workdir = tmp_path / 'killed'
-  process = subprocess.Popen(command(corpus, workdir, STEPS, *flags), env=env(), cwd=REPO,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-  kill_once(process, workdir, 'step', np.random.default_rng(3), STEPS)
-  assert process.returncode == -signal.SIGKILL
-  assert 0 < max(logged_steps(workdir), default=0) < STEPS
-  run(corpus, workdir, STEPS, *flags)
+  workdir, reference = killed_once_and_resumed(corpus, tmp_path, 3, *flags)
   train, _ = records(workdir)
   assert [r['step'] for r in train] == list(range(1, STEPS + 1))
   assert train == records(reference)[0]  # every loss, bit for bit

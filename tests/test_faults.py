@@ -181,6 +181,21 @@ def run_with_kills(corpus, workdir, steps, plan, seed):
   return kills, during_writes
 
 
+def killed_once_and_resumed(corpus, tmp_path, seed, *flags):
+  """Runs `flags` uninterrupted, and again killed once mid-step and restarted to the end;
+  returns (the killed run's workdir, the uninterrupted one's)."""
+  reference = tmp_path / 'uninterrupted'
+  run(corpus, reference, STEPS, *flags)
+  workdir = tmp_path / 'killed'
+  process = subprocess.Popen(command(corpus, workdir, STEPS, *flags), env=env(), cwd=REPO,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  kill_once(process, workdir, 'step', np.random.default_rng(seed), STEPS)
+  assert process.returncode == -signal.SIGKILL
+  assert 0 < max(logged_steps(workdir), default=0) < STEPS
+  run(corpus, workdir, STEPS, *flags)
+  return workdir, reference
+
+
 def check_same_as_uninterrupted(workdir, reference, steps):
   train, evals = records(workdir)
   assert [r['step'] for r in train] == list(range(1, steps + 1))  # each step once, in order
@@ -223,16 +238,8 @@ def test_a_word_masking_run_killed_mid_run_resumes_exactly(tmp_path, selection):
              + '.' for line in sentences(rng, 6 * docs)]
     (corpus / f'{split}.txt').write_text('\n\n'.join('\n'.join(lines[i:i + 6])
                                                      for i in range(0, len(lines), 6)))
-  flag = f'--config.masking={selection}'
-  reference = tmp_path / 'uninterrupted'
-  run(corpus, reference, STEPS, flag)
-  workdir = tmp_path / 'killed'
-  process = subprocess.Popen(command(corpus, workdir, STEPS, flag), env=env(), cwd=REPO,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-  kill_once(process, workdir, 'step', np.random.default_rng(2), STEPS)
-  assert process.returncode == -signal.SIGKILL
-  assert 0 < max(logged_steps(workdir), default=0) < STEPS
-  run(corpus, workdir, STEPS, flag)
+  workdir, reference = killed_once_and_resumed(corpus, tmp_path, 2,
+                                               f'--config.masking={selection}')
   assert json.loads((workdir / 'config.json').read_text())['masking'] == selection
   assert check_same_as_uninterrupted(workdir, reference, STEPS) == 0.0
 
@@ -245,15 +252,7 @@ def test_a_frozen_generator_run_killed_mid_run_resumes_exactly(corpus, tmp_path)
       '--config.model.num_heads=1', '--config.model.intermediate_size=64')
   flags = (f'--config.generator_init={source}', '--config.embedding_sharing=none',
            '--config.temperature_start=2.0')
-  reference = tmp_path / 'uninterrupted'
-  run(corpus, reference, STEPS, *flags)
-  workdir = tmp_path / 'killed'
-  process = subprocess.Popen(command(corpus, workdir, STEPS, *flags), env=env(), cwd=REPO,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-  kill_once(process, workdir, 'step', np.random.default_rng(3), STEPS)
-  assert process.returncode == -signal.SIGKILL
-  assert 0 < max(logged_steps(workdir), default=0) < STEPS
-  run(corpus, workdir, STEPS, *flags)
+  workdir, reference = killed_once_and_resumed(corpus, tmp_path, 3, *flags)
   assert check_same_as_uninterrupted(workdir, reference, STEPS) == 0.0
   state, mlm = final_state(workdir, STEPS), final_state(source, 2)
   generator = {k: v for k, v in state.items() if k.startswith("['params']['generator")}
