@@ -266,23 +266,21 @@ def check_text_column(where: str, field: str, columns: list[str], kind, is_text:
                      'the text')
 
 
-def _text_of_record(record: str, path: str, field: str, offset: int) -> str:
-  try:
-    value = json.loads(record)[field]
-  except json.JSONDecodeError as e:
-    raise UsageError(f"'{path}' holds a line that is not JSON at byte offset {offset} ({e.msg}); "
-                     'a .jsonl file needs one JSON object per line') from None
-  except (KeyError, TypeError):
-    raise UsageError(f"'{path}' holds a record without a string field '{field}' at byte offset "
-                     f'{offset}; set --config.data.text_field to the field with the text') from None
-  return checked_text(value, field, f"the record at byte offset {offset} of '{path}'")
-
-
 def jsonl_texts(path: str, field: str, start: int = 0, stop: int | None = None) -> Iterator[str]:
   """The text field of each record of a JSON lines file's byte range [start, stop)."""
   for offset, line in text.read_lines_at(path, start, stop, MAX_RECORD_BYTES):
-    if line:
-      yield _text_of_record(line, path, field, offset)
+    if not line:
+      continue
+    try:
+      value = json.loads(line)[field]
+    except json.JSONDecodeError as e:
+      raise UsageError(f"'{path}' holds a line that is not JSON at byte offset {offset} "
+                       f'({e.msg}); a .jsonl file needs one JSON object per line') from None
+    except (KeyError, TypeError):
+      raise UsageError(f"'{path}' holds a record without a string field '{field}' at byte "
+                       f'offset {offset}; set --config.data.text_field to the field with the '
+                       'text') from None
+    yield checked_text(value, field, f"the record at byte offset {offset} of '{path}'")
 
 
 def _parquet_file(path: str):

@@ -168,9 +168,7 @@ def packed_rows(pairs: Iterable[SegmentPair], dtype: np.dtype, cls_id: int,
     write = fill_example if isinstance(pair, SegmentPair) else fill_documents
     write(pair, block['input_ids'][filled], block['segment_ids'][filled], cls_id, sep_id)
     filled += 1
-  if blocks:
-    blocks[-1] = blocks[-1][:filled]
-  return np.concatenate(blocks) if blocks else np.zeros(0, dtype)
+  return np.concatenate([*blocks[:-1], blocks[-1][:filled]]) if blocks else np.zeros(0, dtype)
 
 
 def pack_examples(documents: Iterable[Sequence[Sequence[int]]], max_seq_length: int,

@@ -81,7 +81,7 @@ def _tokenized(documents: Iterable[list[str]], vocab, counts: dict) -> Iterator[
 
 
 def pack_unit(task: _Task) -> dict:
-  """Tokenizes and packs one unit into its shard; returns the shard's entry and counts."""
+  """Tokenizes and packs one unit into its shard; returns the shard's index, entry and counts."""
   vocab = _vocab(task.vocab_path, task.vocab_sha256)
   # Documents and tokens read, and the flaws read past (formats.py: 'unclosed_docs').
   counts = collections.Counter(documents=0, tokens=0, unclosed_docs=0)
@@ -96,19 +96,15 @@ def pack_unit(task: _Task) -> dict:
   entry['source'] = task.source_index
   counts['padding'] = int(np.sum(ids == vocab.pad_id))
   counts['specials'] = int(np.sum((ids == vocab.cls_id) | (ids == vocab.sep_id)))
-  return {'entry': entry, 'counts': counts}
+  return {'shard': task.shard_index, 'entry': entry, 'counts': counts}
 
 
-def _indexed_pack(indexed_task):
-  return indexed_task[0], pack_unit(indexed_task[1])
-
-
-def _run(tasks: Sequence[_Task], workers: int) -> Iterator[tuple[int, dict]]:
+def _run(tasks: Sequence[_Task], workers: int) -> Iterator[dict]:
   if workers <= 1:
-    yield from map(_indexed_pack, enumerate(tasks))
+    yield from map(pack_unit, tasks)
     return
   with multiprocessing.get_context('spawn').Pool(workers) as pool:
-    yield from pool.imap_unordered(_indexed_pack, enumerate(tasks))
+    yield from pool.imap_unordered(pack_unit, tasks)
 
 
 def _per_file(tasks: Sequence[_Task], results: Sequence[dict], count: str) -> dict[str, int]:
@@ -201,8 +197,8 @@ def prepare_split(sources: Sequence[sources_lib.Source],
     results = [None] * len(tasks)
     with tqdm.tqdm(total=len(tasks), desc=f'preparing {name}', unit='unit', file=sys.stderr,
                    disable=None, dynamic_ncols=True) as bar:
-      for index, result in _run(tasks, workers):
-        results[index] = result
+      for result in _run(tasks, workers):
+        results[result['shard']] = result
         bar.update()
         tokens = sum(r['counts']['tokens'] for r in results if r)
         bar.set_postfix(tokens=f'{tokens:,}', refresh=False)

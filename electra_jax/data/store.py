@@ -9,7 +9,6 @@ repaired: opening checks each shard's size and header, each row read its check, 
 verify_store every file's sha256.
 """
 
-from collections.abc import Sequence
 import functools
 import hashlib
 import json
@@ -105,13 +104,14 @@ def read_manifest(directory: str) -> dict:
 class ExampleStore:
   """The examples of a prepared split: len(), gather(indices) and [i], read from memory maps."""
 
-  def __init__(self, directory: str, manifest: dict, shards: Sequence[np.ndarray], remedy: str):
+  def __init__(self, directory: str, manifest: dict, remedy: str):
     self.directory = directory
     self.manifest = manifest
     self.max_seq_length = int(manifest['max_seq_length'])
-    self._shards = list(shards)
     self._remedy = remedy  # What to do about damage, for messages.
     self._dtype = record_dtype(self.max_seq_length, manifest['ids_dtype'])
+    self._shards = [_open_shard(directory, entry, self._dtype, remedy)
+                    for entry in manifest['shards']]
     sizes = np.array([len(s) for s in self._shards], np.int64)
     self._ends = np.cumsum(sizes)
     self._starts = self._ends - sizes
@@ -205,9 +205,7 @@ def open_store(directory: str, *, vocab_sha256: str | None = None,
         if holds else f"'{directory}' holds no document ids (it was prepared without packing "
         "'documents'), which config.data.document_attention reads; prepare it again with "
         '--config.data.document_attention=true')
-  dtype = record_dtype(manifest['max_seq_length'], manifest['ids_dtype'])
-  shards = [_open_shard(directory, entry, dtype, remedy) for entry in manifest['shards']]
-  return ExampleStore(directory, manifest, shards, remedy)
+  return ExampleStore(directory, manifest, remedy)
 
 
 def verify_store(directory: str) -> int:

@@ -88,16 +88,6 @@ def _where(line_number: int | None, offset: int) -> str:
   return (f'line {line_number}, ' if line_number is not None else '') + f'byte offset {offset}'
 
 
-def _decode_line(raw: bytes, path: str, line_number: int | None, line_offset: int) -> str:
-  try:
-    return raw.decode('utf-8')
-  except UnicodeDecodeError as e:
-    bad = raw[e.start:e.start + 4].hex(' ')
-    raise UsageError(
-        f"'{path}' is not valid UTF-8: {_where(line_number, line_offset + e.start)} "
-        f'(bytes {bad}); convert it with `iconv -f <its encoding> -t utf-8 {path}`') from None
-
-
 def _zstd_blocks(f, zstandard) -> Iterator[bytes]:
   """The decompressed bytes of a .zst file's frames, one after another. A frame cut short raises
   EOFError: zstandard's stream reader would end there silently, as if the file were whole."""
@@ -223,7 +213,14 @@ def read_lines_at(path: str, start: int = 0, stop: int | None = None,
           'holds: it is a binary file, or UTF-16 text (convert that with `iconv -f UTF-16 -t '
           f'UTF-8 {path}`); convert it or leave it out')
     skip = len(_UTF8_BOM) if offset == 0 and raw.startswith(_UTF8_BOM) else 0
-    yield offset, _decode_line(raw[skip:], path, number, offset + skip).strip()
+    try:
+      line = raw[skip:].decode('utf-8')
+    except UnicodeDecodeError as e:
+      bad = raw[skip + e.start:skip + e.start + 4].hex(' ')
+      raise UsageError(
+          f"'{path}' is not valid UTF-8: {_where(number, offset + skip + e.start)} "
+          f'(bytes {bad}); convert it with `iconv -f <its encoding> -t utf-8 {path}`') from None
+    yield offset, line.strip()
     offset += len(raw)
 
 

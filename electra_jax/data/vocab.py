@@ -231,23 +231,6 @@ def check_sample_size(max_sentences: int) -> None:
 SECONDS_PER_MB = {'sentencepiece': 2.3, 'bpe': 0.6, 'wordpiece': 1.2}
 
 
-def training_line(sentences: Sequence[str], vocab_size: int, corpus: str, model_type: str,
-                  vocab_type: str) -> str:
-  """What a vocabulary's training says as it starts: the kind, the sample and an estimate."""
-  megabytes = sum(len(line.encode('utf-8')) for line in sentences) / 1e6
-  kind = f'sentencepiece {model_type}' if vocab_type == 'sentencepiece' else vocab_type
-  seconds = max(1, round(SECONDS_PER_MB[vocab_type] * megabytes))
-  return (f'vocabulary: training a {kind} vocabulary of {vocab_size:,} pieces on '
-          f'{len(sentences):,} lines ({megabytes:.1f} MB) sampled from {corpus}; it reports '
-          f'no progress: roughly {seconds} s on a 2-core CPU')
-
-
-def trained(vocab: 'AnyVocab', started: float) -> 'AnyVocab':
-  logging.info('vocabulary: trained in %.1f s (%s pieces)', time.perf_counter() - started,
-               f'{vocab.size:,}')
-  return vocab
-
-
 def train_vocab_on_sentences(sentences: Sequence[str], vocab_size: int, out_prefix: str,
                              corpus: str, *, model_type: str = 'unigram',
                              lowercase: bool = False,
@@ -261,35 +244,44 @@ def train_vocab_on_sentences(sentences: Sequence[str], vocab_size: int, out_pref
   if not sentences:
     raise UsageError(f'corpus {corpus} holds no text (only blank lines); '
                      'check data.train_files')
-  if vocab_type in SECONDS_PER_MB:  # an unknown type is refused below, with its fix
-    logging.info(training_line(sentences, vocab_size, corpus, model_type, vocab_type))
+  if vocab_type not in SECONDS_PER_MB:
+    raise UsageError(f'data.vocab_type={vocab_type!r}: use one of {", ".join(SECONDS_PER_MB)}')
+  megabytes = sum(len(line.encode('utf-8')) for line in sentences) / 1e6
+  kind = f'sentencepiece {model_type}' if vocab_type == 'sentencepiece' else vocab_type
+  seconds = max(1, round(SECONDS_PER_MB[vocab_type] * megabytes))
+  logging.info(f'vocabulary: training a {kind} vocabulary of {vocab_size:,} pieces on '
+               f'{len(sentences):,} lines ({megabytes:.1f} MB) sampled from {corpus}; it reports '
+               f'no progress: roughly {seconds} s on a 2-core CPU')
   started = time.perf_counter()
   if vocab_type != 'sentencepiece':
-    return trained(train_tokenizer_json(sentences, vocab_type, vocab_size,
-                                        trained_files(out_prefix, vocab_type)[-1], corpus,
-                                        lowercase=lowercase), started)
-  model = io.BytesIO()
-  try:
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences),
-        model_writer=model,
-        vocab_size=vocab_size,
-        model_type=model_type,
-        normalization_rule_name='nmt_nfkc_cf' if lowercase else 'nmt_nfkc',
-        pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
-        pad_piece=SPECIAL_PIECES[0], unk_piece=SPECIAL_PIECES[1],
-        control_symbols=list(SPECIAL_PIECES[2:]),
-        minloglevel=1)  # Warnings only; sentencepiece's INFO log is hundreds of lines.
-  except RuntimeError as e:
-    _raise_for_vocab_size(e, vocab_size, corpus)
-    raise
-  _write_atomically(out_prefix + '.model', model.getvalue())
-  vocab = load_vocab(out_prefix + '.model')
-  # The human-readable listing sentencepiece would write: piece, tab, score.
-  listing = ''.join(f'{vocab.processor.id_to_piece(i)}\t{vocab.processor.get_score(i):g}\n'
-                    for i in range(vocab.size))
-  _write_atomically(out_prefix + '.vocab', listing.encode('utf-8'))
-  return trained(vocab, started)
+    vocab = train_tokenizer_json(sentences, vocab_type, vocab_size,
+                                 trained_files(out_prefix, vocab_type)[-1], corpus,
+                                 lowercase=lowercase)
+  else:
+    model = io.BytesIO()
+    try:
+      spm.SentencePieceTrainer.train(
+          sentence_iterator=iter(sentences),
+          model_writer=model,
+          vocab_size=vocab_size,
+          model_type=model_type,
+          normalization_rule_name='nmt_nfkc_cf' if lowercase else 'nmt_nfkc',
+          pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
+          pad_piece=SPECIAL_PIECES[0], unk_piece=SPECIAL_PIECES[1],
+          control_symbols=list(SPECIAL_PIECES[2:]),
+          minloglevel=1)  # Warnings only; sentencepiece's INFO log is hundreds of lines.
+    except RuntimeError as e:
+      _raise_for_vocab_size(e, vocab_size, corpus)
+      raise
+    _write_atomically(out_prefix + '.model', model.getvalue())
+    vocab = load_vocab(out_prefix + '.model')
+    # The human-readable listing sentencepiece would write: piece, tab, score.
+    listing = ''.join(f'{vocab.processor.id_to_piece(i)}\t{vocab.processor.get_score(i):g}\n'
+                      for i in range(vocab.size))
+    _write_atomically(out_prefix + '.vocab', listing.encode('utf-8'))
+  logging.info('vocabulary: trained in %.1f s (%s pieces)', time.perf_counter() - started,
+               f'{vocab.size:,}')
+  return vocab
 
 
 # The special tokens of the vocabularies trained with `tokenizers`, as ids 0-4 in sentencepiece's
@@ -339,9 +331,6 @@ def train_tokenizer_json(sentences: Sequence[str], vocab_type: str, vocab_size: 
   """Trains a byte-level BPE (RoBERTa's) or a WordPiece (BERT's) vocabulary of exactly
   `vocab_size` pieces on `sentences` with `tokenizers`, writes it to `out_path` (a
   tokenizer.json) and loads it. Deterministic: the same lines give the same file."""
-  if vocab_type not in TRAINED_SPECIALS:
-    raise UsageError(f'data.vocab_type={vocab_type!r}: use one of sentencepiece, '
-                     f'{", ".join(TRAINED_SPECIALS)}')
   if vocab_type == 'bpe':
     tokenizer = byte_level_bpe(lowercase)
     specials = [tokenizers.AddedToken(t, special=True, normalized=False,
@@ -395,12 +384,6 @@ def load_vocab(model_path: str) -> 'AnyVocab':
   return Vocab(processor=processor, model_path=model_path, size=size)
 
 
-def is_uncased(pieces: Sequence[str]) -> bool:
-  """Whether no piece but the [SPECIALS] holds an uppercase letter: vocab.txt does not record
-  its casing, and this tells Google's uncased and cased vocabularies apart."""
-  return not any(p != p.lower() for p in pieces if not (p.startswith('[') and p.endswith(']')))
-
-
 def bert_tokenizer(pieces: Sequence[str], lowercase: bool) -> tokenizers.Tokenizer:
   """BERT's WordPiece tokenizer over `pieces` (id = position), without special tokens added."""
   model = tokenizers.models.WordPiece({p: i for i, p in enumerate(pieces)}, unk_token='[UNK]',
@@ -414,21 +397,18 @@ def bert_tokenizer(pieces: Sequence[str], lowercase: bool) -> tokenizers.Tokeniz
   return tokenizer
 
 
-def read_pieces(path: str) -> list[str]:
-  """The lines of a vocab.txt, one piece each (the line number is the id)."""
+def load_wordpiece(path: str, lowercase: bool | None = None) -> WordPieceVocab:
+  """Loads a vocab.txt, a piece per line (the line number is the id); `lowercase=None` reads it
+  as uncased where no piece but the [SPECIALS] holds an uppercase letter: vocab.txt does not
+  record its casing, and this tells Google's uncased and cased vocabularies apart."""
+  if not os.path.isfile(path):
+    raise UsageError(f"WordPiece vocabulary '{path}' does not exist; check the path")
   try:
     with open(path, encoding='utf-8') as f:
-      return [line.rstrip('\r\n') for line in f]
+      pieces = [line.rstrip('\r\n') for line in f]
   except (OSError, UnicodeDecodeError) as e:
     raise UsageError(f"cannot read WordPiece vocabulary '{path}' ({e}); "
                      'point at a UTF-8 vocab.txt with one piece per line') from None
-
-
-def load_wordpiece(path: str, lowercase: bool | None = None) -> WordPieceVocab:
-  """Loads a vocab.txt; `lowercase=None` infers the casing from the pieces (see is_uncased)."""
-  if not os.path.isfile(path):
-    raise UsageError(f"WordPiece vocabulary '{path}' does not exist; check the path")
-  pieces = read_pieces(path)
   ids = {}
   for i, piece in enumerate(pieces):
     if piece in ids:
@@ -444,7 +424,8 @@ def load_wordpiece(path: str, lowercase: bool | None = None) -> WordPieceVocab:
     raise UsageError(f"'{path}' has [PAD] at id {ids['[PAD]']}; electra_jax needs it at id 0 "
                      '(line 1), as in BERT and ELECTRA vocabularies')
   if lowercase is None:
-    lowercase = is_uncased(pieces)
+    lowercase = not any(p != p.lower() for p in pieces
+                        if not (p.startswith('[') and p.endswith(']')))
   pad, unk, cls, sep, mask = (ids[t] for t in SPECIAL_PIECES)
   return WordPieceVocab(tokenizer=bert_tokenizer(pieces, lowercase), pieces=tuple(pieces),
                         lowercase=lowercase, model_path=path, size=len(pieces), pad_id=pad,
