@@ -37,6 +37,7 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   if field not in config:
     raise UsageError(f"--config.task={config.task} is a {name} task: pass "
                      f'--config=configs/finetune/{name}.py')
+  settings.parse_seeds(config.seeds)  # a typo fails before the start (a checkpoint) loads
   # A config file copied before a field existed: settings.ADDED's value, as its runs had.
   config = ml_collections.ConfigDict(settings.with_added_fields(config.to_dict()))
   cache_setting = config.compilation_cache_dir

@@ -56,7 +56,7 @@ def train_step(state, inputs, order, length, *, loss_of, optimizer):
   rng = jax.random.fold_in(state.rng, state.step)
   loss, grads = jax.value_and_grad(loss_of)(state.params, batch, rng)
   params, opt_state, finite = pretrain_optim.guarded_update(optimizer, grads, loss, state.params,
-                                                       state.opt_state)
+                                                            state.opt_state)
   return (state.replace(step=state.step + 1, params=params, opt_state=opt_state),
           jnp.where(finite, loss, 0.0), jnp.logical_not(finite).astype(jnp.int32))
 
@@ -82,16 +82,6 @@ def compile_task_steps(loss_of, predict_of, optimizer, mesh) -> Compiled:
   predict = jax.jit(predict_of, in_shardings=(replicated, batch_sharding),
                     out_shardings=batch_sharding)
   return Compiled(step, predict, optimizer, replicated, batch_sharding, order_sharding)
-
-
-def compile_for(config, model, total_steps: int, loss_fn, predict_fn) -> Compiled:
-  """The layer-wise optimizer over `model`'s parameters and the steps of loss_fn and
-  predict_fn (each called with model=`model`), on all devices."""
-  shapes = init.param_shapes(model, config.max_seq_length)
-  optimizer = optim.make_optimizer(config, shapes, model.config.num_layers, total_steps)
-  return compile_task_steps(functools.partial(loss_fn, model=model),
-                            functools.partial(predict_fn, model=model), optimizer,
-                            pretrain.make_mesh())
 
 
 def batch_order(num_examples: int, batch_size: int, steps: int, seed: int) -> np.ndarray:
@@ -182,7 +172,7 @@ def train_seed(config, seed, start, model, compiled, train_inputs, total_steps, 
       if at_log or at_save:  # nothing after a non-finite step is saved ('stop')
         seen, watch = pretrain_optim.read(watch)
         pretrain_optim.check(seen, config, f' of {config.task} seed {seed}',
-                        lambda: f'{checkpoint.last_good(manager)}; no results were written')
+                             lambda: f'{checkpoint.last_good(manager)}; no results were written')
       if at_log:
         applied = len(window) - int(np.sum(jax.device_get(skipped)))
         # The mean over the applied steps (a skipped step's loss reads 0); the learning rate of
@@ -255,13 +245,18 @@ def fine_tune_seeds(config, workdir: str, start, model, total_steps: int, train_
                     loss_fn, predict_fn, evaluate, score: tuple[str, str], budget: dict,
                     token_counts=None, programs: int = 1,
                     files_keys: tuple[str, str] = ('files_seed', 'files'), **extra) -> dict:
-  """Trains every seed (compile_for's steps; train_inputs put on the devices once for all), then
+  """Trains every seed (the steps of loss_fn and predict_fn, each called with model=`model`, and
+  the layer-wise optimizer, on all devices; train_inputs put on the devices once for all), then
   evaluate(seed, predict) -> (scores, files), where predict(inputs, what=...) gives loop.predict's
   outputs of the seed's parameters. results.json is scored by `score` = (split, metric) and names
   the median seed and its files under `files_keys` (the seed None if there are none); each seed's
   `files` (name -> text or a JSON value) go to DIR/seed_<seed>/, the median seed's also to DIR.
   The step must have compiled at most `programs` times."""
-  compiled = compile_for(config, model, total_steps, loss_fn, predict_fn)
+  optimizer = optim.make_optimizer(config, init.param_shapes(model, config.max_seq_length),
+                                   model.config.num_layers, total_steps)
+  compiled = compile_task_steps(functools.partial(loss_fn, model=model),
+                                functools.partial(predict_fn, model=model), optimizer,
+                                pretrain.make_mesh())
   train_inputs = jax.device_put(train_inputs, compiled.replicated)
   schedule = optim.learning_rate_schedule(config, total_steps)
 

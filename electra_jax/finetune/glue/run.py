@@ -89,7 +89,6 @@ def at_or_below_majority(task: tasks.Task, median: dict, majority: dict | None,
 def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Fine-tunes every seed of `config` on its task; writes DIR/results.json and submissions."""
   task = tasks.get_task(config.task)
-  settings.parse_seeds(config.seeds)
   start = init.load_start(config)
   config = resolve(config, task, start.model, jax.device_count(), start.step)
   data = glue_data.load(task, config.data_dir, config.tfds_name, config.tfds_data_dir,
@@ -103,8 +102,9 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   encode = lambda examples: features.trim_padding(
       features.encode(examples, start.vocab, config.max_seq_length))
   train_inputs = {**encode(train_set), 'labels': train_set.labels}
-  eval_inputs = {'dev': {name: (encode(ex), ex.labels) for name, ex in data.dev.items()},
-                 'test': {name: encode(ex) for name, ex in data.test.items()}}
+  dev_inputs = {name: encode(examples) for name, examples in data.dev.items()}
+  test_inputs = {name: encode(examples) for name, examples in data.test.items()}
+  dev_labels = {name: examples.labels for name, examples in data.dev.items()}
   total_steps = max(1, int(len(train_set) * config.num_epochs / config.batch_size))
 
   loop.prepare_workdir(config, workdir)
@@ -123,12 +123,11 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
     def predicted(inputs):
       outputs = predict(inputs)
       return outputs[:, 0] if task.is_regression else np.argmax(outputs, axis=-1)
-    scores = {name: tasks.compute(task.metrics, labels, predicted(inputs))
-              for name, (inputs, labels) in eval_inputs['dev'].items()}
+    scores = {name: tasks.compute(task.metrics, dev_labels[name], predicted(inputs))
+              for name, inputs in dev_inputs.items()}
     return scores, {f'{name}.tsv': submission(task, data.test[name], predicted(inputs))
-                    for name, inputs in eval_inputs['test'].items()}
+                    for name, inputs in test_inputs.items()}
 
-  dev_labels = {name: labels for name, (_, labels) in eval_inputs['dev'].items()}
   majority = majority_class(task, dev_labels)
   # One program per batch length: at most one per multiple up to the set's length.
   multiple = config.length_multiple

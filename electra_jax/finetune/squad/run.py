@@ -42,17 +42,6 @@ def get_task(name: str) -> QATask | None:
   return TASKS[f'squad_v{match.group(1)[0]}'] if match else None
 
 
-def read_sets(config, task: QATask) -> tuple[squad_data.SquadSet, squad_data.SquadSet]:
-  if not config.data_dir:
-    raise UsageError(f'{task.name} reads the official SQuAD JSON files: pass '
-                     '--config.data_dir=DIR (and --config.train_file / --config.dev_file if '
-                     f'they are not {task.train_file} and {task.dev_file})')
-  read = lambda name, default, articles: squad_data.read(
-      os.path.join(config.data_dir, name or default), not task.v2, articles)
-  return (read(config.train_file, task.train_file, config.train_articles),
-          read(config.dev_file, task.dev_file, config.dev_articles))
-
-
 @run_lock.one_run_per_workdir('fine-tuning run')
 def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Fine-tunes every seed of `config` on its SQuAD task; writes DIR/results.json and answers."""
@@ -64,10 +53,16 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
     raise UsageError(f'config.max_seq_length={config.max_seq_length} leaves no room for the '
                      f'context after a question of max_query_length={config.max_query_length} '
                      'sub-tokens, [CLS] and two [SEP]; raise it or lower max_query_length')
-  settings.parse_seeds(config.seeds)
   start = init.load_start(config)
   config = settings.resolve(config, task, start.model, jax.device_count(), start.step)
-  train_set, dev_set = read_sets(config, task)
+  if not config.data_dir:
+    raise UsageError(f'{task.name} reads the official SQuAD JSON files: pass '
+                     '--config.data_dir=DIR (and --config.train_file / --config.dev_file if '
+                     f'they are not {task.train_file} and {task.dev_file})')
+  read = lambda name, default, articles: squad_data.read(
+      os.path.join(config.data_dir, name or default), not task.v2, articles)
+  train_set = read(config.train_file, task.train_file, config.train_articles)
+  dev_set = read(config.dev_file, task.dev_file, config.dev_articles)
   build = functools.partial(squad_features.build, vocab=start.vocab,
                             max_seq_length=config.max_seq_length,
                             max_query_length=config.max_query_length,

@@ -76,7 +76,6 @@ def fine_tune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   if not config.data_dir:
     raise UsageError('chunk reads the CoNLL-2000 files: pass --config.data_dir=DIR holding '
                      f'{config.train_file} and {config.eval_file}')
-  settings.parse_seeds(config.seeds)
   start = init.load_start(config)
   config = settings.resolve(config, TASK, start.model, jax.device_count(), start.step)
   train_set = chunk_data.read(os.path.join(config.data_dir, config.train_file),
