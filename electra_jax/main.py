@@ -27,10 +27,6 @@ _PROCESS_ID = flags.DEFINE_integer('process_id', None, 'With --coordinator_addre
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
-def on_tpu_vm() -> bool:
-  return cli.found(cli.TPU_FILES)
-
-
 def start_processes():
   """Joins this process to the others of a multi-process run, before JAX does any work."""
   import jax  # pylint: disable=g-import-not-at-top
@@ -39,7 +35,7 @@ def start_processes():
       cli.fail('--coordinator_address needs --num_processes and --process_id')
     jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
     connect_all_devices()
-  elif on_tpu_vm():
+  elif cli.found(cli.TPU_FILES):  # a Cloud TPU VM
     try:
       jax.distributed.initialize()  # every worker of a pod slice runs the same command
     except (RuntimeError, ValueError) as e:

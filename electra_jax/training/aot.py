@@ -6,7 +6,6 @@ memory and cost analyses. Nothing runs: step times are a roofline's lower bound.
 built by train.py's own functions; only its inputs are abstract.
 """
 
-import glob
 import os
 import time
 from typing import NamedTuple
@@ -16,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from electra_jax.common import config as config_lib
+from electra_jax.common import cli, config as config_lib
 from electra_jax.training import flops, optim, train
 from electra_jax.training.compiled_program import (collective_summary, collectives, cost, memory,
                                                    pallas_kernels, random_bit_elements,
@@ -60,7 +59,7 @@ class Slice(NamedTuple):
 def quiet_libtpu_without_a_tpu(name: str):
   """Tells libtpu, on a host with no TPU, the accelerator type and workers it would otherwise
   look for, printing five lines of errors (`E0000 ... unexpected worker hostname`)."""
-  if glob.glob('/dev/accel*') or glob.glob('/dev/vfio/[0-9]*'):  # a TPU VM's chips
+  if cli.found(cli.TPU_FILES):  # a TPU VM's chips
     return
   os.environ.setdefault('TPU_ACCELERATOR_TYPE', name)
   os.environ.setdefault('TPU_WORKER_HOSTNAMES', 'localhost')

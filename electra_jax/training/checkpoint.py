@@ -155,11 +155,10 @@ def restore(manager: ocp.CheckpointManager, step: int, state, run_identity: dict
     raise DamagedCheckpoint(f'{name} cannot be read: {_reason(e)}') from None
 
 
-def restore_params(manager: ocp.CheckpointManager, step: int, params,
-                   run_identity: dict | None = None) -> dict:
+def restore_params(manager: ocp.CheckpointManager, step: int, params) -> dict:
   """Only the parameters of checkpoint `step`, as host numpy arrays of `params`' shapes (no
-  optimizer state read, nothing placed on a device), checked as `restore` checks a state."""
-  name = _check_fits(manager, step, params, run_identity)
+  optimizer state read, nothing placed on a device), checked as `restore` checks the shapes."""
+  name = _check_fits(manager, step, params, None)
   item = {'params': jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)}
   host_arrays = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)
   # The state was saved as one tree; a tree handler reads back the `params` branch of it alone.
@@ -240,15 +239,12 @@ def _set_aside(manager: ocp.CheckpointManager, step: int) -> str:
 def shape_mismatches(have, want, have_name: str, want_name: str) -> str:
   """'' where the trees' tensor paths and shapes agree; else the first three differences and how
   many more, for an error line. Leaves: arrays, ShapeDtypeStructs or Orbax array metadata."""
-  have, want = _shapes(have), _shapes(want)
+  shapes = lambda tree: {'/'.join(str(getattr(k, 'key', k)) for k in path): tuple(x.shape)
+                         for path, x in jax.tree_util.tree_leaves_with_path(tree)}
+  have, want = shapes(have), shapes(want)
   problems = [f'{p}: {have_name} {have[p]}, {want_name} {want[p]}'
               for p in want if p in have and have[p] != want[p]]
   problems += [f'{p} missing from the {have_name}' for p in want if p not in have]
   problems += [f'{p} in the {have_name} but not in the {want_name}' for p in have if p not in want]
   more = f' (and {len(problems) - 3} more)' if len(problems) > 3 else ''
   return '; '.join(problems[:3]) + more
-
-
-def _shapes(tree) -> dict[str, tuple]:
-  return {'/'.join(str(getattr(k, 'key', k)) for k in path): tuple(x.shape)
-          for path, x in jax.tree_util.tree_leaves_with_path(tree)}

@@ -150,10 +150,6 @@ def _hf_config(directory: str) -> dict | None:
   return saved if 'model_type' in saved else None
 
 
-def is_hugging_face(directory: str) -> bool:
-  return _hf_config(directory) is not None
-
-
 def _saved_run(directory: str) -> ml_collections.ConfigDict:
   """The config of the run in `directory`, which must have trained a generator network."""
   saved = config_lib.read_saved(directory)
@@ -185,7 +181,7 @@ def source_shape(directory: str) -> Shape:
 
 def source_vocab(directory: str) -> str:
   """The vocabulary file the generator in `directory` was trained with."""
-  if is_hugging_face(directory):
+  if _hf_config(directory) is not None:
     if not (found := inputs.vocab_in(directory)):
       raise UsageError(f"config.generator_init='{directory}' holds no vocabulary "
                        f"({' or '.join(vocab_lib.VOCAB_NAMES)}); put the one the generator was trained "
@@ -247,8 +243,7 @@ def check_vocab(config: ml_collections.ConfigDict, workdir: str):
   if not ours:
     raise UsageError(f'this run would train a vocabulary of its own, and the frozen generator in '
                      f"'{directory}' reads {theirs}; pass --config.data.vocab_model={theirs}")
-  fingerprint = lambda path: vocab_lib.vocab_fingerprint(vocab_lib.load_vocab(path))
-  if fingerprint(ours) != fingerprint(theirs):
+  if vocab_lib.load_vocab(ours).fingerprint() != vocab_lib.load_vocab(theirs).fingerprint():
     raise UsageError(f"the frozen generator in '{directory}' was trained on the vocabulary "
                      f'{theirs}, and this run reads another, {ours} (other pieces or ids); pass '
                      f'--config.data.vocab_model={theirs} (with data prepared with it) or a '
@@ -302,7 +297,7 @@ def load(config: ml_collections.ConfigDict, target: dict, workdir: str,
   parameters have `target`'s shapes, checked against the run's vocabulary and model."""
   directory = config.generator_init
   check_vocab(config, workdir)
-  if is_hugging_face(directory):
+  if _hf_config(directory) is not None:
     if read_hf is None:
       raise ValueError(f"'{directory}' is a Hugging Face directory: pass its reader, "
                        'read_hf=electra_jax.hf.importing.read_generator (electra_jax.main does)')

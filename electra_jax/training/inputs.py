@@ -26,9 +26,8 @@ from electra_jax.data import vocab as vocab_lib
 
 def vocab_in(directory: str) -> str:
   """The vocabulary file (vocab_lib.VOCAB_NAMES) in the local `directory`, '' if none."""
-  found = [os.path.join(directory, name) for name in vocab_lib.VOCAB_NAMES
-           if os.path.isfile(os.path.join(directory, name))]
-  return found[0] if found else ''
+  paths = [os.path.join(directory, name) for name in vocab_lib.VOCAB_NAMES]
+  return next(filter(os.path.isfile, paths), '')
 
 
 def local_dir(config: ml_collections.ConfigDict, workdir: str) -> str:
@@ -83,22 +82,18 @@ def setup_vocab(config: ml_collections.ConfigDict, workdir: str) -> vocab_lib.An
                      '(gcloud storage cp) and name that file')
   local = local_dir(config, workdir)
   run_model = run_vocab_path(workdir, given)
-  if storage.exists(run_model):
-    vocab = vocab_lib.load_vocab(local_copy(run_model, local))
-    if given and vocab_lib.vocab_fingerprint(vocab_lib.load_vocab(given)) != \
-        vocab_lib.vocab_fingerprint(vocab):
+  if (existed := storage.exists(run_model)) or given:
+    # The run's vocabulary, or the given one checked before anything is copied.
+    vocab = vocab_lib.load_vocab(local_copy(run_model, local) if existed else given)
+    if existed and given and vocab_lib.load_vocab(given).fingerprint() != vocab.fingerprint():
       raise UsageError(f'{given} differs from the vocabulary this run was started with '
                        f'({run_model}); use a new --workdir, or drop --config.data.vocab_model '
                        '(or use data prepared with the run\'s vocabulary)')
     vocab_lib.check_casing(vocab, config.data.vocab_lowercase)
     vocab_lib.check_type(vocab, config.data.vocab_type)
-  elif given:
-    # Fails clearly before anything is copied.
-    given_vocab = vocab_lib.load_vocab(given)
-    vocab_lib.check_casing(given_vocab, config.data.vocab_lowercase)
-    vocab_lib.check_type(given_vocab, config.data.vocab_type)
-    storage.copy_file(given, run_model)
-    vocab = vocab_lib.load_vocab(local_copy(run_model, local))
+    if not existed:
+      storage.copy_file(given, run_model)
+      vocab = vocab_lib.load_vocab(local_copy(run_model, local))
   else:
     remote = storage.is_uri(workdir)
     prefix = os.path.join(local if remote else workdir, 'vocab')
@@ -119,11 +114,9 @@ def setup_vocab(config: ml_collections.ConfigDict, workdir: str) -> vocab_lib.An
 
 def run_vocab_path(workdir: str, given: str = '') -> str:
   """Where the run's vocabulary is or goes: the existing file, else named after `given`'s kind."""
-  existing = [os.path.join(workdir, name) for name in vocab_lib.VOCAB_NAMES
-              if storage.exists(os.path.join(workdir, name))]
-  if existing:
-    return existing[0]
-  return os.path.join(workdir, vocab_lib.vocab_name(vocab_lib.vocab_file(given)))
+  paths = [os.path.join(workdir, name) for name in vocab_lib.VOCAB_NAMES]
+  return next(filter(storage.exists, paths),
+              os.path.join(workdir, vocab_lib.vocab_name(vocab_lib.vocab_file(given))))
 
 
 # Keep the mixture's random streams apart from the single-corpus one and from each other. Seeds
@@ -283,18 +276,16 @@ def to_global_array(local_batch: dict[str, np.ndarray], sharding) -> dict[str, j
   return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local_batch.items()}
 
 
-def _global_batch(examples, config: ml_collections.ConfigDict, sharding, step: int):
-  return to_global_array(local_batch(examples, config.batch_size, config.seed, step,
-                                     jax.process_index(), jax.process_count()), sharding)
-
-
 def train_batches(examples, config: ml_collections.ConfigDict, first_step: int,
                   sharding) -> Iterator[dict[str, jax.Array]]:
   """The global batches of steps first_step, first_step + 1, ... < num_train_steps, in order.
 
   A background thread gathers and transfers data.prefetch_batches batches ahead; closing the
   iterator stops it, and a batch's error is raised where the step takes that batch."""
-  batch = functools.partial(_global_batch, examples, config, sharding)
+  def batch(step):
+    return to_global_array(local_batch(examples, config.batch_size, config.seed, step,
+                                       jax.process_index(), jax.process_count()), sharding)
+
   steps = range(first_step, config.num_train_steps)
   if (depth := config.data.prefetch_batches) <= 0:
     yield from map(batch, steps)

@@ -274,15 +274,6 @@ def add_stats(total, stats):
   return stats if total is None else _accumulate(total, stats)
 
 
-def run_eval(evaluate, params, examples, config, batch_sharding, base_rng) -> dict:
-  total = None
-  for i, batch in enumerate(inputs.eval_batches(examples, config.batch_size, config.eval_steps,
-                                                jax.process_index(), jax.process_count())):
-    batch = inputs.to_global_array(batch, batch_sharding)
-    total = add_stats(total, evaluate(params, batch, step_key(config, base_rng, i)))
-  return objective.summarize(jax.device_get(total), config.eval_steps)
-
-
 def chief_first(make, name: str):
   """make() on process 0 first, then on the others: they read what it wrote to a shared workdir,
   or make identical files (deterministic) on a disk of their own or in data.local_dir."""
@@ -398,7 +389,13 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     tokens_per_step = config.batch_size * config.max_seq_length
 
     def evaluate_and_log(step):
-      metrics = run_eval(evaluate, state.params, eval_examples, config, batch_sharding, eval_rng)
+      summed = None
+      for i, rows in enumerate(inputs.eval_batches(eval_examples, config.batch_size,
+                                                   config.eval_steps, jax.process_index(),
+                                                   jax.process_count())):
+        placed = inputs.to_global_array(rows, batch_sharding)
+        summed = add_stats(summed, evaluate(state.params, placed, step_key(config, eval_rng, i)))
+      metrics = objective.summarize(jax.device_get(summed), config.eval_steps)
       writer.write(step, {f'eval_{k}': v for k, v in metrics.items()},
                    f'eval at step {step}: ' + ', '.join(f'{k} {v:.4f}' for k, v in metrics.items()))
       if is_chief and (warning := report.discriminator_at_chance(metrics, step, config)):
