@@ -167,17 +167,15 @@ FIELDS = {
 
 def default_config() -> ml_collections.ConfigDict:
   """FIELDS as a config: every field at its default."""
-  c = ml_collections.ConfigDict()
+  tree = {}
   for name, field in FIELDS.items():
     *parents, leaf = name.split('.')
-    node = c
+    node = tree
     for parent in parents:
-      if parent not in node:
-        node[parent] = ml_collections.ConfigDict()
-      node = node[parent]
+      node = node.setdefault(parent, {})
     # A None default is a float left unset (embedding_weight_decay): typed, so flags can set it.
     node[leaf] = config_dict.placeholder(float) if field.default is None else field.default
-  return c
+  return ml_collections.ConfigDict(tree)
 
 
 # The repository's configs/, beside the package when it runs from a checkout (pip install -e).
@@ -317,7 +315,7 @@ def read_json_object(path: str) -> dict:
   """The JSON object in the file at `path`; anything else is one UsageError naming the file."""
   try:
     value = json.loads(storage.read_text(path))
-  except ValueError as e:
+  except (OSError, ValueError) as e:
     raise UsageError(f"cannot read '{path}' ({e}); it must be a JSON object") from None
   if not isinstance(value, dict):
     raise UsageError(f"'{path}' is not a JSON object")

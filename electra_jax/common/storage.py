@@ -8,7 +8,6 @@ file) lives in data.local_dir.
 
 import importlib.util
 import os
-import shutil
 import tempfile
 
 from etils import epath
@@ -97,10 +96,7 @@ def makedirs(path: str):
 
 
 def read_text(path: str) -> str:
-  if is_uri(path):
-    return epath.Path(path).read_text()
-  with open(path) as f:
-    return f.read()
+  return epath.Path(path).read_text()  # UTF-8, as write_text writes
 
 
 def write_text(path: str, text: str):
@@ -119,13 +115,9 @@ def _replace_local(path: str, data: bytes):
 
 def copy_file(source: str, target: str):
   """Copies a file between local paths and URIs, either way; the target appears whole."""
-  if not is_uri(source) and not is_uri(target):
-    shutil.copyfile(source, target + '.tmp')
-    os.replace(target + '.tmp', target)
-    return
   data = epath.Path(source).read_bytes()
   if is_uri(target):
     epath.Path(target).write_bytes(data)
-    return
-  os.makedirs(os.path.dirname(target) or '.', exist_ok=True)
-  _replace_local(target, data)
+  else:
+    os.makedirs(os.path.dirname(target) or '.', exist_ok=True)
+    _replace_local(target, data)

@@ -12,6 +12,7 @@ from absl import logging
 import numpy as np
 import safetensors.numpy
 
+from electra_jax.common import config as config_lib
 from electra_jax.common.errors import UsageError
 from electra_jax.hf import bert, model_config, modern, params as params_lib
 
@@ -48,14 +49,7 @@ def read_config(path: str) -> dict[str, Any]:
     raise UsageError(f"'{path}' has no config.json, so it is not a Hugging Face model "
                      'directory; point at one, e.g. a local copy of '
                      'google/electra-small-discriminator')
-  try:
-    with open(config_path) as f:
-      config = json.load(f)
-  except (OSError, ValueError) as e:
-    raise UsageError(f"cannot read '{config_path}' ({e}); it must be a JSON object") from None
-  if not isinstance(config, dict):
-    raise UsageError(f"'{config_path}' is not a JSON object")
-  return config
+  return config_lib.read_json_object(config_path)
 
 
 def _read_safetensors(files: list[str]) -> dict[str, np.ndarray]:

@@ -29,13 +29,10 @@ from electra_jax.training import checkpoint, generator_modes, inputs, optim, tra
 def find_model_dirs(hf_dir: str, generator_dir: str | None = None,
                     allow_pickle: bool = False) -> dict[str, files.ModelDir]:
   """The model directories by kind: `hf_dir` is one, or holds discriminator/ and generator/."""
+  paths = [hf_dir]  # where neither is there, read_model_dir names the missing config.json
   if os.path.isdir(hf_dir) and not os.path.exists(os.path.join(hf_dir, 'config.json')):
     nested = [os.path.join(hf_dir, kind) for kind in params_lib.KINDS]
-    paths = [p for p in nested if os.path.isfile(os.path.join(p, 'config.json'))]
-  else:
-    paths = [hf_dir]
-  if not paths:
-    files.read_config(hf_dir)  # raises: no config.json here
+    paths = [p for p in nested if os.path.isfile(os.path.join(p, 'config.json'))] or paths
   found = {}
   for path in paths:
     model_dir = files.read_model_dir(path, allow_pickle)

@@ -35,9 +35,8 @@ def architectures(config: dict) -> list[str]:
   return config.get('architectures') or []
 
 
-def to_hf(model_config: ml_collections.ConfigDict, network: str) -> dict[str, Any]:
+def to_hf(m: ml_collections.ConfigDict, network: str) -> dict[str, Any]:
   """The config.json of `network` ('discriminator', 'generator' or 'mlm', see params.NETWORKS)."""
-  m = model_config
   if network == 'generator':
     width, depth = config_lib.generator_width(m), config_lib.generator_depth(m)
     heads, ffn = config_lib.generator_heads_and_ffn(m)
@@ -118,11 +117,8 @@ def _check_generator(generator: dict, reference: dict | None, source: str):
 def from_hf(discriminator: dict | None, generator: dict | None,
             model_config: ml_collections.ConfigDict, sources: dict[str, str]
             ) -> ml_collections.ConfigDict:
-  """`model_config` with every field the given HF configs determine replaced by theirs; a
-  generator width or depth its fractions already give stays a fraction, as in the config file."""
-  given = {k: v for k, v in (('discriminator', discriminator), ('generator', generator)) if v}
-  for kind, config in given.items():
-    check_supported(config, sources[kind])
+  """`model_config` with every field the given HF configs (read_model_dir has checked them)
+  determine replaced by theirs; a generator width or depth its fractions give stays a fraction."""
   if generator is not None:
     _check_generator(generator, discriminator, sources['generator'])
   result = ml_collections.ConfigDict(model_config.to_dict())

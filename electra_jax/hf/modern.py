@@ -158,8 +158,8 @@ def check_supported(config: Mapping[str, Any], source: str):
 
 
 def model_section(config: Mapping[str, Any], base, source: str):
-  """`base` (a `model` config section) with what a ModernBERT config.json determines."""
-  check_supported(config, source)
+  """`base` (a `model` config section) with what a ModernBERT config.json determines (one
+  read_model_dir has passed through check_supported)."""
   every, theta, local_theta = attention_layout(config, source)
   model = base.copy_and_resolve_references()
   width = _value(config, 'hidden_size', source)
